@@ -1,0 +1,161 @@
+//! Linux pipes in userspace, over a ring of page slots with a per-pipe page pool.
+//!
+//! A pagepipe behaves like a Linux pipe, byte for byte, in its default configuration (4 KiB
+//! slots, 64 KiB capacity): the same counts, the same `WouldBlock`, end of file and
+//! `BrokenPipe`, the same merging of small writes into the last page, the same `F_SETPIPE_SZ`
+//! rounding, atomic writes of up to [`PIPE_BUF`] bytes. It moves data without system calls while
+//! both sides are busy: an uncontended read or write touches only shared memory, and a side that
+//! has to wait spins briefly, then sleeps on a futex until the other side wakes it.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//!
+//! let (mut writer, mut reader) = pagepipe::pipe()?;
+//! let producer = std::thread::spawn(move || -> std::io::Result<()> {
+//!     for i in 0..1000u32 {
+//!         writer.write_all(&i.to_le_bytes())?;
+//!     }
+//!     Ok(()) // dropping the writer ends the stream
+//! });
+//! let mut bytes = Vec::new();
+//! reader.read_to_end(&mut bytes)?;
+//! producer.join().unwrap()?;
+//! assert_eq!(bytes.len(), 4000);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod pipe;
+mod pool;
+mod ring;
+mod sync;
+mod sys;
+
+pub use pipe::{ReadChunk, Reader, WriteChunk, Writer, MAX_CAPACITY};
+pub use pool::PoolPolicy;
+
+use std::io;
+
+/// Writes of at most this many bytes are atomic: they are never interleaved with other writes.
+pub const PIPE_BUF: usize = 4096;
+
+/// The capacity of a new pipe: 64 KiB, as on Linux.
+pub const DEFAULT_CAPACITY: usize = 64 * 1024;
+
+/// Creates a pipe with Linux's defaults: 64 KiB capacity in 4 KiB slots, blocking, not packet
+/// mode, the default pool policy.
+///
+/// # Errors
+/// Only if the OS refuses the memory mapping for the ring.
+pub fn pipe() -> io::Result<(Writer, Reader)> {
+    Builder::new().build()
+}
+
+/// Configures a pipe before creating it.
+///
+/// ```
+/// use pagepipe::{Builder, PoolPolicy};
+/// let (w, _r) = Builder::new()
+///     .capacity(1 << 20)
+///     .pool(PoolPolicy::Unified { keep: 2, burst: 8 })
+///     .build()?;
+/// assert_eq!(w.capacity(), 1 << 20);
+/// assert!(Builder::new().capacity(0).build().is_err());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    capacity: usize,
+    policy: PoolPolicy,
+    slot_size: usize,
+    packet: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// Linux's defaults (see [`pipe`]).
+    pub fn new() -> Builder {
+        Builder {
+            capacity: DEFAULT_CAPACITY,
+            policy: PoolPolicy::default(),
+            slot_size: sys::PAGE_SIZE,
+            packet: false,
+        }
+    }
+
+    /// The capacity in bytes; rounded up as `F_SETPIPE_SZ` rounds (a power-of-two number of
+    /// pages), then to whole slots. Must be from 1 byte to [`MAX_CAPACITY`].
+    pub fn capacity(mut self, bytes: usize) -> Builder {
+        self.capacity = bytes;
+        self
+    }
+
+    /// How the pipe recycles its pages; see [`PoolPolicy`].
+    pub fn pool(mut self, policy: PoolPolicy) -> Builder {
+        self.policy = policy;
+        self
+    }
+
+    /// Bytes per slot: a power of two from 4 KiB to 1 GiB (default 4 KiB). Larger slots
+    /// reproduce seed 001's "fatpipe"; Linux semantics hold byte for byte only with 4 KiB slots
+    /// (merging and atomicity then work in slot units).
+    pub fn slot_size(mut self, bytes: usize) -> Builder {
+        self.slot_size = bytes;
+        self
+    }
+
+    /// Packet mode, like a Linux `O_DIRECT` pipe: each write of up to one slot is a packet, never
+    /// merged; a read returns at most one packet and discards what of it did not fit.
+    pub fn packet_mode(mut self, packet: bool) -> Builder {
+        self.packet = packet;
+        self
+    }
+
+    /// Creates the pipe.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`MAX_CAPACITY`], or a slot
+    /// size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
+    /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
+    pub fn build(self) -> io::Result<(Writer, Reader)> {
+        pipe::check_slot_size(self.slot_size)?;
+        let ring_size = pipe::ring_size_for(self.capacity, self.slot_size)?;
+        if !sys::page_size_ok() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "pagepipe needs 4 KiB pages"));
+        }
+        let config = pipe::Config { policy: self.policy, packet: self.packet, slot_size: self.slot_size };
+        let shared = sync::Arc::new(pipe::Shared::new(ring_size, config)?);
+        #[cfg(not(loom))]
+        {
+            let weak: std::sync::Weak<dyn pool::Trim> = sync::Arc::downgrade(&shared) as _;
+            pool::register(weak);
+        }
+        Ok((Writer { shared: shared.clone() }, Reader { shared }))
+    }
+}
+
+/// Gives every pipe's spare pages back to the OS now, busy or idle, and returns how many bytes
+/// that released. Data in flight is never touched; a pipe in the middle of a write is skipped.
+pub fn shrink_pipes() -> usize {
+    #[cfg(not(loom))]
+    {
+        pool::trim_all(true)
+    }
+    #[cfg(loom)]
+    {
+        0
+    }
+}
+
+#[cfg(not(loom))]
+impl pool::Trim for pipe::Shared {
+    fn trim(&self, force: bool) -> usize {
+        pipe::Shared::trim(self, force)
+    }
+}

@@ -1,0 +1,524 @@
+//! The pipe: a ring of page slots shared by a writing side and a reading side.
+//!
+//! Concurrency shape:
+//! - Writers take the write side (`Shared::write_side`, one writer at a time), readers the read
+//!   side; the two sides run at the same time and meet only through the `head` and `tail` words
+//!   and the slot states, as a single-producer single-consumer ring.
+//! - Each side caches the other side's index and rereads it only when its copy says full (or
+//!   empty), so streaming moves one cache line per page, not one per check.
+//! - A side that must wait spins briefly, then registers in the other side's index word (see
+//!   [`crate::ring`]) and sleeps on its futex. The advancing side sees the registration in the
+//!   result of the very read-modify-write that publishes, so an uncontended read or write makes
+//!   no syscall and a sleeper is never missed.
+//! - The ring's geometry (slot table and arena) changes only in `set_capacity`, which holds both
+//!   sides; each side touches it only while holding its own side.
+
+mod reader;
+mod writer;
+
+pub use reader::{ReadChunk, Reader};
+pub use writer::{WriteChunk, Writer};
+
+use crate::pool::PoolPolicy;
+use crate::ring::{self, WAITING};
+use crate::sync::{
+    spin_hint, AtomicBool, AtomicU64, AtomicUsize, Futex, Mutex, MutexGuard, Ordering, Padded,
+};
+use crate::sys::{Mapping, PAGE_SIZE};
+use std::cell::UnsafeCell;
+use std::io;
+use std::sync::atomic::AtomicPtr;
+
+/// Slot state bits above the 32-bit end offset.
+pub(crate) const END_MASK: u64 = 0xffff_ffff;
+/// The slot's data may be extended by a later write (Linux `PIPE_BUF_FLAG_CAN_MERGE`).
+pub(crate) const CAN_MERGE: u64 = 1 << 32;
+/// The slot is one packet: a read returns at most it and discards its rest (`PIPE_BUF_FLAG_PACKET`).
+pub(crate) const PACKET: u64 = 1 << 33;
+/// The slot holds no data: its position is free (the reader released it or it was never used).
+pub(crate) const RELEASED: u64 = 1 << 34;
+/// Only with RELEASED: the position's page is still resident, a spare page of the pool.
+pub(crate) const RESIDENT: u64 = 1 << 35;
+
+/// One slot: a page-sized buffer at a fixed position of the arena plus its bookkeeping.
+///
+/// Padded to a cache line so that the writer filling slot `i + 1` does not steal the line the
+/// reader is draining slot `i` from.
+#[repr(align(64))]
+pub(crate) struct Slot {
+    /// `end | flags`: `end` is the offset just past the slot's data. While the slot holds data,
+    /// only the writer raises `end` (merging, with a CAS) and only the reader sets RELEASED (with
+    /// a CAS), so a merge and a release of the last slot cannot both succeed.
+    state: AtomicU64,
+    /// Offset of the first unread byte; written only by the reader (or by `set_capacity`, which
+    /// holds both sides), read by the writer only when a new slot is created there.
+    start: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
+
+impl Slot {
+    fn free() -> Slot {
+        Slot { state: AtomicU64::new(RELEASED), start: AtomicU64::new(0) }
+    }
+}
+
+/// The ring's memory: `ring_size` slots and one `slot_size` page each, at position `p` of the
+/// arena for slot position `p`.
+pub(crate) struct Geometry {
+    /// Slot count, a power of two.
+    ring_size: usize,
+    /// Bytes per slot page: a power of two, at least [`PAGE_SIZE`].
+    slot_size: usize,
+    slots: Box<[Slot]>,
+    arena: Mapping,
+}
+
+impl Geometry {
+    fn new(ring_size: usize, slot_size: usize) -> io::Result<Geometry> {
+        debug_assert!(ring_size.is_power_of_two() && slot_size.is_power_of_two());
+        let arena = Mapping::anonymous(ring_size * slot_size)?;
+        let slots = (0..ring_size).map(|_| Slot::free()).collect();
+        Ok(Geometry { ring_size, slot_size, slots, arena })
+    }
+
+    fn slot(&self, index: u64) -> (usize, &Slot) {
+        let pos = ring::slot(index, self.ring_size);
+        (pos, &self.slots[pos])
+    }
+
+    /// The first byte of position `pos`'s page.
+    fn page(&self, pos: usize) -> *mut u8 {
+        debug_assert!(pos < self.ring_size);
+        // SAFETY: pos < ring_size, so the offset stays inside the arena of ring_size pages.
+        unsafe { self.arena.as_ptr().add(pos * self.slot_size) }
+    }
+}
+
+/// The write side's private state, guarded by `Shared::write_side`.
+pub(crate) struct WriteSide {
+    /// Our own copy of `index(head)`: only write-side holders move head.
+    head: u64,
+    /// A possibly stale `index(tail)`; never ahead of the real tail.
+    cached_tail: u64,
+}
+
+/// The read side's private state, guarded by `Shared::read_side`.
+pub(crate) struct ReadSide {
+    /// Our own copy of `index(tail)`: only read-side holders move tail.
+    tail: u64,
+    /// A possibly stale `index(head)`; never ahead of the real head.
+    cached_head: u64,
+}
+
+type WriteGuard<'a> = MutexGuard<'a, WriteSide>;
+type ReadGuard<'a> = MutexGuard<'a, ReadSide>;
+
+/// Immutable choices made at build time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Config {
+    pub(crate) policy: PoolPolicy,
+    pub(crate) packet: bool,
+    pub(crate) slot_size: usize,
+}
+
+/// Everything the handles of one pipe share.
+pub(crate) struct Shared {
+    /// `index << 1 | WAITING`: slots ever published; WAITING means a reader sleeps.
+    head: Padded<AtomicU64>,
+    /// `index << 1 | WAITING`: slots ever consumed; WAITING means a writer sleeps.
+    tail: Padded<AtomicU64>,
+    readable: Padded<Futex>,
+    writable: Padded<Futex>,
+    write_side: Padded<Mutex<WriteSide>>,
+    read_side: Padded<Mutex<ReadSide>>,
+    /// Written only while holding both sides; read while holding either.
+    geo: UnsafeCell<Geometry>,
+    /// Slots data may use; equal to the ring size (no reserved slots yet). Read by sleepers.
+    max_usage: AtomicUsize,
+    /// The arena and ring size, for faulting pages in ahead of a write without holding the write
+    /// side (the Unified policy). Arenas replaced by `set_capacity` stay mapped in `retired`
+    /// until the pipe is dropped, so a stale pointer here still names mapped memory.
+    prefill_arena: AtomicPtr<u8>,
+    prefill_ring: AtomicUsize,
+    retired: Mutex<Vec<Mapping>>,
+    writers: AtomicUsize,
+    readers: AtomicUsize,
+    write_nonblocking: AtomicBool,
+    read_nonblocking: AtomicBool,
+    /// Free positions whose page is resident (advisory: trims and policies read it).
+    spare: AtomicUsize,
+    /// `index(head)` seen by the idle trimmer's last tick.
+    idle_mark: AtomicU64,
+    config: Config,
+}
+
+// SAFETY: `geo` is the only non-Sync field; it is read only by holders of a side lock and
+// replaced only by holders of both (see `geo` and `set_capacity`), which makes it race free.
+unsafe impl Sync for Shared {}
+// SAFETY: all fields are Send; the raw pointers in Geometry name memory the pipe owns.
+unsafe impl Send for Shared {}
+
+/// Spin iterations before a side registers and sleeps.
+#[cfg(not(loom))]
+const SPIN_LIMIT: u32 = 1 << 12;
+#[cfg(loom)]
+const SPIN_LIMIT: u32 = 0;
+
+impl Shared {
+    pub(crate) fn new(ring_size: usize, config: Config) -> io::Result<Shared> {
+        let geo = Geometry::new(ring_size, config.slot_size)?;
+        Ok(Shared {
+            head: Padded(AtomicU64::new(0)),
+            tail: Padded(AtomicU64::new(0)),
+            readable: Padded(Futex::new()),
+            writable: Padded(Futex::new()),
+            write_side: Padded(Mutex::new(WriteSide { head: 0, cached_tail: 0 })),
+            read_side: Padded(Mutex::new(ReadSide { tail: 0, cached_head: 0 })),
+            prefill_arena: AtomicPtr::new(geo.arena.as_ptr()),
+            prefill_ring: AtomicUsize::new(ring_size),
+            geo: UnsafeCell::new(geo),
+            max_usage: AtomicUsize::new(ring_size),
+            retired: Mutex::new(Vec::new()),
+            writers: AtomicUsize::new(1),
+            readers: AtomicUsize::new(1),
+            write_nonblocking: AtomicBool::new(false),
+            read_nonblocking: AtomicBool::new(false),
+            spare: AtomicUsize::new(0),
+            idle_mark: AtomicU64::new(0),
+            config,
+        })
+    }
+
+    fn lock_write(&self) -> WriteGuard<'_> {
+        // A panic while holding a side cannot leave the ring inconsistent (indices are published
+        // last), so a poisoned lock is still usable.
+        self.write_side.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_read(&self) -> ReadGuard<'_> {
+        self.read_side.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The geometry, borrowed for as long as the caller holds a side (`_side` proves it).
+    fn geo<'a, S>(&'a self, _side: &'a MutexGuard<'_, S>) -> &'a Geometry {
+        // SAFETY: the caller holds a side lock; `geo` is replaced only by `set_capacity`, which
+        // holds both, so no `&mut` to it exists while this borrow (tied to the guard) lives.
+        unsafe { &*self.geo.get() }
+    }
+
+    // ----- waking -----
+
+    /// Called after a slot was published with a `head` RMW that returned `old`.
+    fn wake_readers_if_waiting(&self, old: u64) {
+        if old & WAITING != 0 {
+            self.head.fetch_and(!WAITING, Ordering::Relaxed);
+            self.readable.wake_all();
+        }
+    }
+
+    /// Called after a slot was consumed with a `tail` RMW that returned `old`.
+    fn wake_writers_if_waiting(&self, old: u64) {
+        if old & WAITING != 0 {
+            self.tail.fetch_and(!WAITING, Ordering::Relaxed);
+            self.writable.wake_all();
+        }
+    }
+
+    // ----- waiting (no side held) -----
+
+    fn readable_now(&self) -> bool {
+        // Acquire (all three): pairs with the Release RMWs that publish head and tail and with the
+        // AcqRel decrement of the writer count, so a reader that sees the change sees what preceded it.
+        ring::index(self.head.load(Ordering::Acquire)) != ring::index(self.tail.load(Ordering::Acquire))
+            || self.writers.load(Ordering::Acquire) == 0
+    }
+
+    fn writable_now(&self) -> bool {
+        let (h, t) = (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire));
+        !ring::is_full(ring::index(h), ring::index(t), self.max_usage.load(Ordering::Acquire) as u64)
+            || self.readers.load(Ordering::Acquire) == 0
+    }
+
+    /// Blocks until the ring may hold data or every writer is gone.
+    pub(crate) fn wait_readable(&self) {
+        if spin_until(|| self.readable_now()) {
+            return;
+        }
+        loop {
+            let seq = self.readable.seq();
+            // Acquire: pairs with the Release fetch_add that publishes a slot; the RMW puts our
+            // registration in head's modification order, before or after that publish.
+            self.head.fetch_or(WAITING, Ordering::Acquire);
+            if self.readable_now() {
+                return;
+            }
+            self.readable.wait(seq, None);
+        }
+    }
+
+    /// Blocks until the ring may have a free slot or every reader is gone.
+    pub(crate) fn wait_writable(&self) {
+        if spin_until(|| self.writable_now()) {
+            return;
+        }
+        loop {
+            let seq = self.writable.seq();
+            // Acquire: pairs with the Release fetch_add that consumes a slot (see wait_readable).
+            self.tail.fetch_or(WAITING, Ordering::Acquire);
+            if self.writable_now() {
+                return;
+            }
+            self.writable.wait(seq, None);
+        }
+    }
+
+    // ----- the pool (write side held) -----
+
+    /// Marks position `pos` as holding data; accounts for its page leaving the pool.
+    fn claim(&self, slot: &Slot) {
+        if slot.state.load(Ordering::Relaxed) & RESIDENT != 0 {
+            self.spare.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Faults in the pages the next `len` bytes will need, without holding the write side.
+    fn prefill(&self, len: usize) {
+        let pages = self.config.policy.prefill(len, self.config.slot_size);
+        if pages == 0 {
+            return;
+        }
+        let ring = self.prefill_ring.load(Ordering::Acquire);
+        // Acquire: pairs with the Release store in set_capacity, so the arena is the one the
+        // ring size describes (or a retired one, which stays mapped: see `retired`).
+        let arena = self.prefill_arena.load(Ordering::Acquire);
+        let first = ring::slot(ring::index(self.head.load(Ordering::Relaxed)), ring);
+        let ss = self.config.slot_size;
+        for (start, count) in wrapped_runs(first, pages.min(ring), ring) {
+            // MADV_POPULATE_WRITE does not change contents, so populating a page another writer
+            // is filling (or one holding data) is harmless.
+            crate::sys::advise_raw_populate(arena, start * ss, count * ss);
+        }
+    }
+
+    /// After a prefill under the write side: counts the free positions just faulted in as spare.
+    fn adopt_prefill(&self, ws: &WriteGuard<'_>, len: usize) {
+        let pages = self.config.policy.prefill(len, self.config.slot_size);
+        if pages == 0 {
+            return;
+        }
+        let geo = self.geo(ws);
+        let tail = ring::index(self.tail.load(Ordering::Acquire));
+        let free_end = tail + geo.ring_size as u64;
+        for i in ws.head..(ws.head + pages as u64).min(free_end) {
+            let (_, slot) = geo.slot(i);
+            let st = slot.state.load(Ordering::Relaxed);
+            if st & RESIDENT == 0 {
+                slot.state.store(st | RESIDENT, Ordering::Relaxed);
+                self.spare.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Gives spare pages beyond `keep` back to the OS; returns the bytes given back.
+    fn trim_locked(&self, ws: &WriteGuard<'_>, keep: usize) -> usize {
+        if self.spare.load(Ordering::Relaxed) <= keep {
+            return 0;
+        }
+        let geo = self.geo(ws);
+        // Acquire: pairs with the reader's Release tail RMW, so released slots' states (and the
+        // reader's last use of their pages) are visible before we drop the pages.
+        let tail = ring::index(self.tail.load(Ordering::Acquire));
+        let mut kept = 0;
+        let mut dropped = 0;
+        let mut run: Option<(usize, usize)> = None; // (first position, pages)
+        for i in ws.head..tail + geo.ring_size as u64 {
+            let (pos, slot) = geo.slot(i);
+            let st = slot.state.load(Ordering::Relaxed);
+            debug_assert!(st & RELEASED != 0, "position {pos} is free but holds data");
+            if st & RESIDENT == 0 {
+                continue;
+            }
+            if kept < keep {
+                kept += 1;
+                continue;
+            }
+            slot.state.store(RELEASED, Ordering::Relaxed);
+            dropped += 1;
+            run = match run {
+                Some((first, n)) if first + n == pos => Some((first, n + 1)),
+                Some((first, n)) => {
+                    geo.arena.dontneed(first * geo.slot_size, n * geo.slot_size);
+                    Some((pos, 1))
+                }
+                None => Some((pos, 1)),
+            };
+        }
+        if let Some((first, n)) = run {
+            geo.arena.dontneed(first * geo.slot_size, n * geo.slot_size);
+        }
+        self.spare.fetch_sub(dropped, Ordering::Relaxed);
+        dropped * geo.slot_size
+    }
+
+    /// The idle trimmer's and `shrink_pipes`' entry point.
+    #[cfg(not(loom))]
+    pub(crate) fn trim(&self, force: bool) -> usize {
+        let keep = if force { 0 } else { self.config.policy.idle_keep() };
+        if self.spare.load(Ordering::Relaxed) <= keep {
+            return 0;
+        }
+        if !force {
+            let h = ring::index(self.head.load(Ordering::Relaxed));
+            if self.idle_mark.swap(h, Ordering::Relaxed) != h {
+                return 0; // written since the last tick: busy, not idle
+            }
+        }
+        match self.write_side.try_lock() {
+            Ok(ws) => self.trim_locked(&ws, keep),
+            Err(std::sync::TryLockError::Poisoned(e)) => self.trim_locked(&e.into_inner(), keep),
+            Err(std::sync::TryLockError::WouldBlock) => 0,
+        }
+    }
+
+    /// Resident 4 KiB pages at free positions, counted with `mincore(2)`.
+    pub(crate) fn resident_spare_pages(&self) -> io::Result<usize> {
+        let ws = self.lock_write();
+        let geo = self.geo(&ws);
+        let tail = ring::index(self.tail.load(Ordering::Acquire));
+        let mut n = 0;
+        for i in ws.head..tail + geo.ring_size as u64 {
+            let pos = ring::slot(i, geo.ring_size);
+            n += geo.arena.resident_pages(pos * geo.slot_size, geo.slot_size)?;
+        }
+        Ok(n)
+    }
+
+    // ----- capacity -----
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.max_usage.load(Ordering::Acquire) * self.config.slot_size
+    }
+
+    /// `F_SETPIPE_SZ`: see [`Writer::set_capacity`].
+    pub(crate) fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
+        let ring_size = ring_size_for(bytes, self.config.slot_size)?;
+        let ws = self.lock_write();
+        let rs = self.lock_read();
+        let queued = ring::occupancy(ws.head, rs.tail) as usize;
+        if ring_size < queued {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("cannot shrink the pipe to {ring_size} slots: {queued} slots hold data"),
+            ));
+        }
+        let old = self.geo(&ws);
+        if ring_size != old.ring_size {
+            let new = Geometry::new(ring_size, self.config.slot_size)?;
+            for i in rs.tail..ws.head {
+                let ((opos, oslot), (npos, nslot)) = (old.slot(i), new.slot(i));
+                let st = oslot.state.load(Ordering::Relaxed);
+                nslot.state.store(st & !RESIDENT, Ordering::Relaxed);
+                nslot.start.store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
+                let end = (st & END_MASK) as usize;
+                // SAFETY: both pages are slot_size long and end <= slot_size; the old and new
+                // arenas are distinct mappings; both sides are held, so no one else touches them.
+                unsafe { std::ptr::copy_nonoverlapping(old.page(opos), new.page(npos), end) };
+            }
+            self.prefill_ring.store(0, Ordering::Relaxed);
+            // Release: pairs with the Acquire load in `prefill`.
+            self.prefill_arena.store(new.arena.as_ptr(), Ordering::Release);
+            self.prefill_ring.store(ring_size, Ordering::Release);
+            // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
+            // a side guard other than ours) and nobody else can take one until we release them.
+            let old = unsafe { std::ptr::replace(self.geo.get(), new) };
+            // The retired arena keeps its address space only (its pages go back to the OS) in
+            // case a racing prefill still points there.
+            old.arena.dontneed(0, old.arena.len());
+            self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old.arena);
+            self.spare.store(0, Ordering::Relaxed);
+            // Release: pairs with the Acquire load in `writable_now`.
+            self.max_usage.store(ring_size, Ordering::Release);
+        }
+        drop(rs);
+        drop(ws);
+        // Sleepers recheck against the new size.
+        self.writable.wake_all();
+        self.readable.wake_all();
+        Ok(self.capacity())
+    }
+}
+
+/// Splits `count` positions starting at `first` in a ring of `ring` into contiguous runs.
+fn wrapped_runs(first: usize, count: usize, ring: usize) -> impl Iterator<Item = (usize, usize)> {
+    let a = count.min(ring - first);
+    [(first, a), (0, count - a)].into_iter().filter(|&(_, n)| n > 0)
+}
+
+/// Spins (bounded) until `ready`; false if it never became true.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    for i in 0..SPIN_LIMIT {
+        if ready() {
+            return true;
+        }
+        if i % 256 == 255 {
+            std::thread::yield_now();
+        } else {
+            spin_hint();
+        }
+    }
+    false
+}
+
+/// The largest capacity a pipe may have: 1 GiB.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// The slot count for a requested capacity: `F_SETPIPE_SZ`'s rounding (up to a power-of-two
+/// number of pages, at least one page), then divided into `slot_size` slots (at least one).
+pub(crate) fn ring_size_for(bytes: usize, slot_size: usize) -> io::Result<usize> {
+    if bytes == 0 || bytes > MAX_CAPACITY {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pipe capacity {bytes} is outside 1..={MAX_CAPACITY} bytes"),
+        ));
+    }
+    let rounded = bytes.div_ceil(PAGE_SIZE).next_power_of_two() * PAGE_SIZE;
+    Ok((rounded / slot_size).max(1))
+}
+
+/// Checks a slot size: a power of two from 4 KiB to 1 GiB.
+pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
+    if !slot_size.is_power_of_two() || !(PAGE_SIZE..=MAX_CAPACITY).contains(&slot_size) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_rounds_like_f_setpipe_sz() {
+        assert_eq!(ring_size_for(1, 4096).unwrap(), 1);
+        assert_eq!(ring_size_for(4097, 4096).unwrap(), 2);
+        assert_eq!(ring_size_for(65536, 4096).unwrap(), 16);
+        assert_eq!(ring_size_for(65537, 4096).unwrap(), 32);
+        assert_eq!(ring_size_for(65536, 65536).unwrap(), 1);
+        assert_eq!(ring_size_for(4096, 65536).unwrap(), 1);
+        assert_eq!(ring_size_for(0, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert!(check_slot_size(8192).is_ok());
+        assert!(check_slot_size(6000).is_err());
+        assert!(check_slot_size(2048).is_err());
+    }
+
+    #[test]
+    fn wrapped_runs_split_at_the_end() {
+        assert_eq!(wrapped_runs(14, 4, 16).collect::<Vec<_>>(), vec![(14, 2), (0, 2)]);
+        assert_eq!(wrapped_runs(0, 4, 16).collect::<Vec<_>>(), vec![(0, 4)]);
+    }
+}

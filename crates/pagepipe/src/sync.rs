@@ -1,0 +1,100 @@
+//! Atomics shim: std normally, loom under `cfg(loom)`; plus the futex word both sides sleep on.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+
+pub(crate) use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe.
+///
+/// Protocol: a sleeper reads the word, registers itself (in the ring index word, see
+/// `pipe::Shared::wait_readable`), rechecks its condition and only then calls [`Futex::wait`] with
+/// the value it read; a waker changes the condition, then calls [`Futex::wake_all`], which bumps the
+/// word before waking. A wake that races the sleeper's recheck changes the word, so the
+/// kernel's compare in FUTEX_WAIT fails and the sleeper goes round again: no lost wakeup.
+pub(crate) struct Futex {
+    word: AtomicU32,
+    #[cfg(loom)]
+    lock: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    cv: loom::sync::Condvar,
+}
+
+impl Futex {
+    pub(crate) fn new() -> Futex {
+        Futex {
+            word: AtomicU32::new(0),
+            #[cfg(loom)]
+            lock: loom::sync::Mutex::new(()),
+            #[cfg(loom)]
+            cv: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// The current sequence value, to pass to [`Futex::wait`].
+    pub(crate) fn seq(&self) -> u32 {
+        // Acquire: pairs with the Release bump in `wake_all`, so a sleeper that reads the new
+        // value also sees the condition change that preceded the bump.
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the word moves away from `seq` (or spuriously, or after `timeout`).
+    /// Returns false on timeout.
+    pub(crate) fn wait(&self, seq: u32, timeout: Option<Duration>) -> bool {
+        #[cfg(not(loom))]
+        {
+            crate::sys::futex_wait(&self.word, seq, timeout)
+        }
+        #[cfg(loom)]
+        {
+            let _ = timeout;
+            let guard = self.lock.lock().unwrap();
+            if self.word.load(Ordering::Acquire) != seq {
+                return true;
+            }
+            drop(self.cv.wait(guard).unwrap());
+            true
+        }
+    }
+
+    /// Bumps the sequence and wakes every sleeper.
+    pub(crate) fn wake_all(&self) {
+        // Release: pairs with the Acquire load in `seq`.
+        self.word.fetch_add(1, Ordering::Release);
+        #[cfg(not(loom))]
+        crate::sys::futex_wake_all(&self.word);
+        #[cfg(loom)]
+        {
+            let _guard = self.lock.lock().unwrap();
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// Pads and aligns `T` to its own pair of cache lines so the writer's and the reader's hot words
+/// never share one (adjacent-line prefetch makes 128 the unit on x86).
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// One step of a busy wait.
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
