@@ -1,1 +1,46 @@
-fn main() {}
+//! `pagepipe-bench`: reruns each seed's benchmark with the kernel's primitive and pagepipe side by
+//! side, alternating in one run, and reports the ratios.
+//!
+//! With no subcommand it runs the quick suite (about a minute): one table of every transport.
+
+mod common;
+mod lmbench;
+mod pipe_bench;
+mod quick;
+mod transport;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "pagepipe-bench", version, about = "pagepipe vs the kernel's primitives, side by side")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// Print one JSON object per line instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// pipe_bench (tools/testing/selftests/pipe): N writers and M readers on one pipe.
+    Pipe(pipe_bench::Args),
+    /// lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes between two threads.
+    Bw(lmbench::BwArgs),
+    /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between two threads.
+    Lat(lmbench::LatArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        None => quick::run(cli.json),
+        Some(Cmd::Pipe(a)) => pipe_bench::run(&a, cli.json),
+        Some(Cmd::Bw(a)) => lmbench::run_bw(&a, cli.json),
+        Some(Cmd::Lat(a)) => lmbench::run_lat(&a, cli.json),
+    };
+    if let Err(e) = result {
+        eprintln!("pagepipe-bench: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,2 @@
+//! quick suite (being written).
+pub fn run(_json: bool) -> std::io::Result<()> { Ok(()) }
