@@ -1,1 +1,91 @@
-//! (being written)
+//! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, and pagepipe.
+
+use pagepipe::PoolPolicy;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// The Linux pipe (pipe2 + F_SETPIPE_SZ).
+    Kernel,
+    /// An AF_UNIX stream socketpair (lmbench's bw_unix / lat_unix).
+    Unix,
+    /// pagepipe.
+    Pagepipe,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Kernel => "kernel",
+            Transport::Unix => "unix",
+            Transport::Pagepipe => "pagepipe",
+        }
+    }
+}
+
+/// How to build a pipe (ignored where a transport has no such knob).
+#[derive(Clone, Copy, Debug)]
+pub struct PipeConfig {
+    pub pipe_size: usize,
+    pub pool: PoolPolicy,
+    pub slot_size: usize,
+}
+
+impl Default for PipeConfig {
+    fn default() -> Self {
+        PipeConfig { pipe_size: 64 * 1024, pool: PoolPolicy::default(), slot_size: 4096 }
+    }
+}
+
+pub type W = Box<dyn Write + Send>;
+pub type R = Box<dyn Read + Send>;
+
+/// Opens one channel with `writers` write handles and `readers` read handles.
+pub fn open(t: Transport, cfg: &PipeConfig, writers: usize, readers: usize) -> io::Result<(Vec<W>, Vec<R>)> {
+    match t {
+        Transport::Kernel => {
+            let (w, r) = kernel_pipe(cfg.pipe_size)?;
+            Ok((dup_n(&w, writers, |f| Box::new(f) as W)?, dup_n(&r, readers, |f| Box::new(f) as R)?))
+        }
+        Transport::Unix => {
+            let (a, b) = UnixStream::pair()?;
+            let ws = (0..writers).map(|_| a.try_clone().map(|s| Box::new(s) as W)).collect::<io::Result<_>>()?;
+            let rs = (0..readers).map(|_| b.try_clone().map(|s| Box::new(s) as R)).collect::<io::Result<_>>()?;
+            Ok((ws, rs))
+        }
+        Transport::Pagepipe => {
+            let (w, r) = pagepipe::Builder::new()
+                .capacity(cfg.pipe_size)
+                .pool(cfg.pool)
+                .slot_size(cfg.slot_size)
+                .build()?;
+            let ws = (0..writers).map(|_| Box::new(w.clone()) as W).collect();
+            let rs = (0..readers).map(|_| Box::new(r.clone()) as R).collect();
+            Ok((ws, rs))
+        }
+    }
+}
+
+/// `n` duplicates (`dup(2)`) of a descriptor, as boxed handles.
+fn dup_n<T>(f: &File, n: usize, boxed: impl Fn(File) -> T) -> io::Result<Vec<T>> {
+    (0..n).map(|_| f.try_clone().map(&boxed)).collect()
+}
+
+/// A blocking kernel pipe of `size` bytes (`pipe2(2)`, `F_SETPIPE_SZ` in `fcntl(2)`).
+pub fn kernel_pipe(size: usize) -> io::Result<(File, File)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these descriptors; nothing else owns them.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, size as libc::c_int) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((File::from(w), File::from(r)))
+}

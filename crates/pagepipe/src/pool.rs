@@ -49,11 +49,12 @@ impl Default for PoolPolicy {
 }
 
 impl PoolPolicy {
-    /// Whether a page freed by a read stays resident, given the spare pages already resident.
-    pub(crate) fn keep_on_release(self, spare: usize) -> bool {
+    /// Whether a page freed by a read stays resident, given the spare pages already resident
+    /// (computed only by the policies that need it: it reads shared counters).
+    pub(crate) fn keep_on_release(self, spare: impl FnOnce() -> usize) -> bool {
         match self {
-            PoolPolicy::Unified { keep, .. } => spare < keep,
-            PoolPolicy::TmpPage => spare < 2,
+            PoolPolicy::Unified { keep, .. } => spare() < keep,
+            PoolPolicy::TmpPage => spare() < 2,
             PoolPolicy::None => false,
             PoolPolicy::Adaptive { .. } => true,
         }
@@ -139,15 +140,15 @@ mod tests {
     #[test]
     fn policies_decide_as_documented() {
         let unified = PoolPolicy::Unified { keep: 2, burst: 8 };
-        assert!(unified.keep_on_release(1));
-        assert!(!unified.keep_on_release(2));
+        assert!(unified.keep_on_release(|| 1));
+        assert!(!unified.keep_on_release(|| 2));
         assert_eq!(unified.prefill(64 * 1024, 4096), 8);
         assert_eq!(unified.prefill(5000, 4096), 2);
         assert_eq!(unified.trim_after_write(), Some(2));
-        assert!(PoolPolicy::TmpPage.keep_on_release(1));
-        assert!(!PoolPolicy::TmpPage.keep_on_release(2));
-        assert!(!PoolPolicy::None.keep_on_release(0));
-        assert!(PoolPolicy::default().keep_on_release(1000));
+        assert!(PoolPolicy::TmpPage.keep_on_release(|| 1));
+        assert!(!PoolPolicy::TmpPage.keep_on_release(|| 2));
+        assert!(!PoolPolicy::None.keep_on_release(|| 0));
+        assert!(PoolPolicy::default().keep_on_release(|| unreachable!("adaptive keeps every page")));
         assert_eq!(PoolPolicy::None.prefill(1 << 20, 4096), 0);
     }
 }

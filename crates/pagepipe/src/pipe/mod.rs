@@ -13,6 +13,8 @@
 //! - The ring's geometry (slot table and arena) changes only in `set_capacity`, which holds both
 //!   sides; each side touches it only while holding its own side.
 
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod reader;
 mod writer;
 
@@ -35,10 +37,13 @@ pub(crate) const END_MASK: u64 = 0xffff_ffff;
 pub(crate) const CAN_MERGE: u64 = 1 << 32;
 /// The slot is one packet: a read returns at most it and discards its rest (`PIPE_BUF_FLAG_PACKET`).
 pub(crate) const PACKET: u64 = 1 << 33;
-/// The slot holds no data: its position is free (the reader released it or it was never used).
+/// The reader released the slot while it was the last one (so a merge could have raced it).
+/// A slot released while not the last needs no mark: no writer merges into it again, and index
+/// arithmetic (`head <= i < tail + ring_size`) is what says a position is free.
 pub(crate) const RELEASED: u64 = 1 << 34;
-/// Only with RELEASED: the position's page is still resident, a spare page of the pool.
-pub(crate) const RESIDENT: u64 = 1 << 35;
+/// The position's page was given back to the OS (or never touched): writing there faults.
+/// Meaningful only while the position is free; a free position without it holds a spare page.
+pub(crate) const DROPPED: u64 = 1 << 35;
 
 /// One slot: a page-sized buffer at a fixed position of the arena plus its bookkeeping.
 ///
@@ -59,7 +64,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 impl Slot {
     fn free() -> Slot {
-        Slot { state: AtomicU64::new(RELEASED), start: AtomicU64::new(0) }
+        Slot { state: AtomicU64::new(RELEASED | DROPPED), start: AtomicU64::new(0) }
     }
 }
 
@@ -146,8 +151,10 @@ pub(crate) struct Shared {
     readers: AtomicUsize,
     write_nonblocking: AtomicBool,
     read_nonblocking: AtomicBool,
-    /// Free positions whose page is resident (advisory: trims and policies read it).
-    spare: AtomicUsize,
+    /// Free positions whose page is not resident (flag DROPPED). Changes only when a page goes
+    /// back to the OS or a dropped one is written again, so steady streaming never writes it.
+    /// Spare pages are derived: free positions minus this. Advisory: read Relaxed.
+    dropped: AtomicUsize,
     /// `index(head)` seen by the idle trimmer's last tick.
     idle_mark: AtomicU64,
     config: Config,
@@ -184,7 +191,7 @@ impl Shared {
             readers: AtomicUsize::new(1),
             write_nonblocking: AtomicBool::new(false),
             read_nonblocking: AtomicBool::new(false),
-            spare: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(ring_size),
             idle_mark: AtomicU64::new(0),
             config,
         })
@@ -275,11 +282,18 @@ impl Shared {
 
     // ----- the pool (write side held) -----
 
-    /// Marks position `pos` as holding data; accounts for its page leaving the pool.
+    /// Accounts for a free position about to hold data: if its page was dropped, writing it
+    /// faults a page in (the userspace `alloc_page()`).
     fn claim(&self, slot: &Slot) {
-        if slot.state.load(Ordering::Relaxed) & RESIDENT != 0 {
-            self.spare.fetch_sub(1, Ordering::Relaxed);
+        if slot.state.load(Ordering::Relaxed) & DROPPED != 0 {
+            self.dropped.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Spare pages: free positions whose page is resident, given a view of the indices.
+    fn spare(&self, head: u64, tail: u64) -> usize {
+        let free = self.max_usage.load(Ordering::Relaxed).saturating_sub(ring::occupancy(head, tail) as usize);
+        free.saturating_sub(self.dropped.load(Ordering::Relaxed))
     }
 
     /// Faults in the pages the next `len` bytes will need, without holding the write side.
@@ -301,7 +315,7 @@ impl Shared {
         }
     }
 
-    /// After a prefill under the write side: counts the free positions just faulted in as spare.
+    /// After a prefill, under the write side: marks the free positions just faulted in as spare.
     fn adopt_prefill(&self, ws: &WriteGuard<'_>, len: usize) {
         let pages = self.config.policy.prefill(len, self.config.slot_size);
         if pages == 0 {
@@ -313,37 +327,36 @@ impl Shared {
         for i in ws.head..(ws.head + pages as u64).min(free_end) {
             let (_, slot) = geo.slot(i);
             let st = slot.state.load(Ordering::Relaxed);
-            if st & RESIDENT == 0 {
-                slot.state.store(st | RESIDENT, Ordering::Relaxed);
-                self.spare.fetch_add(1, Ordering::Relaxed);
+            if st & DROPPED != 0 {
+                slot.state.store(st & !DROPPED, Ordering::Relaxed);
+                self.dropped.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
 
     /// Gives spare pages beyond `keep` back to the OS; returns the bytes given back.
     fn trim_locked(&self, ws: &WriteGuard<'_>, keep: usize) -> usize {
-        if self.spare.load(Ordering::Relaxed) <= keep {
-            return 0;
-        }
-        let geo = self.geo(ws);
         // Acquire: pairs with the reader's Release tail RMW, so released slots' states (and the
         // reader's last use of their pages) are visible before we drop the pages.
         let tail = ring::index(self.tail.load(Ordering::Acquire));
+        if self.spare(ws.head, tail) <= keep {
+            return 0;
+        }
+        let geo = self.geo(ws);
         let mut kept = 0;
         let mut dropped = 0;
         let mut run: Option<(usize, usize)> = None; // (first position, pages)
         for i in ws.head..tail + geo.ring_size as u64 {
             let (pos, slot) = geo.slot(i);
             let st = slot.state.load(Ordering::Relaxed);
-            debug_assert!(st & RELEASED != 0, "position {pos} is free but holds data");
-            if st & RESIDENT == 0 {
+            if st & DROPPED != 0 {
                 continue;
             }
             if kept < keep {
                 kept += 1;
                 continue;
             }
-            slot.state.store(RELEASED, Ordering::Relaxed);
+            slot.state.store(st | DROPPED, Ordering::Relaxed);
             dropped += 1;
             run = match run {
                 Some((first, n)) if first + n == pos => Some((first, n + 1)),
@@ -357,7 +370,7 @@ impl Shared {
         if let Some((first, n)) = run {
             geo.arena.dontneed(first * geo.slot_size, n * geo.slot_size);
         }
-        self.spare.fetch_sub(dropped, Ordering::Relaxed);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
         dropped * geo.slot_size
     }
 
@@ -365,7 +378,8 @@ impl Shared {
     #[cfg(not(loom))]
     pub(crate) fn trim(&self, force: bool) -> usize {
         let keep = if force { 0 } else { self.config.policy.idle_keep() };
-        if self.spare.load(Ordering::Relaxed) <= keep {
+        let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
+        if self.spare(ring::index(h), ring::index(t)) <= keep {
             return 0;
         }
         if !force {
@@ -379,6 +393,12 @@ impl Shared {
             Err(std::sync::TryLockError::Poisoned(e)) => self.trim_locked(&e.into_inner(), keep),
             Err(std::sync::TryLockError::WouldBlock) => 0,
         }
+    }
+
+    /// Spare pages as the pool counts them (see `dropped`).
+    pub(crate) fn spare_pages(&self) -> usize {
+        let (h, t) = (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire));
+        self.spare(ring::index(h), ring::index(t))
     }
 
     /// Resident 4 KiB pages at free positions, counted with `mincore(2)`.
@@ -418,7 +438,7 @@ impl Shared {
             for i in rs.tail..ws.head {
                 let ((opos, oslot), (npos, nslot)) = (old.slot(i), new.slot(i));
                 let st = oslot.state.load(Ordering::Relaxed);
-                nslot.state.store(st & !RESIDENT, Ordering::Relaxed);
+                nslot.state.store(st, Ordering::Relaxed);
                 nslot.start.store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
                 let end = (st & END_MASK) as usize;
                 // SAFETY: both pages are slot_size long and end <= slot_size; the old and new
@@ -436,7 +456,8 @@ impl Shared {
             // case a racing prefill still points there.
             old.arena.dontneed(0, old.arena.len());
             self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old.arena);
-            self.spare.store(0, Ordering::Relaxed);
+            // The new arena is untouched but for the data copied in: every free position is dropped.
+            self.dropped.store(ring_size - queued, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `writable_now`.
             self.max_usage.store(ring_size, Ordering::Release);
         }

@@ -1,7 +1,7 @@
 //! The reading end: `io::Read`, packet reads, and borrowing queued bytes in place.
 
 use super::writer::would_block;
-use super::{Geometry, ReadGuard, Shared, Slot, END_MASK, PACKET, RELEASED, RESIDENT};
+use super::{Geometry, ReadGuard, Shared, Slot, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring::{self, ONE};
 use crate::sync::{Arc, Ordering};
 use std::io;
@@ -129,7 +129,7 @@ fn consume(
         let (pos, slot) = geo.slot(tail);
         // Acquire: pairs with the writer's Release merge CAS, publishing merged bytes.
         let st = slot.state.load(Ordering::Acquire);
-        debug_assert!(st & RELEASED == 0, "slot {tail} is published but released");
+        debug_assert!(st & (RELEASED | DROPPED) == 0, "slot {tail} is published but free");
         let (start, end) = (slot.start.load(Ordering::Relaxed) as usize, (st & END_MASK) as usize);
         debug_assert!(start <= end && end <= geo.slot_size);
         let c = (end - start).min(max - n);
@@ -137,37 +137,44 @@ fn consume(
         // by the Acquire loads above; writers only append past `end`, so nobody writes it now.
         sink(n, unsafe { std::slice::from_raw_parts(geo.page(pos).add(start), c) });
         n += c;
-        if st & PACKET != 0 && packet_reads {
-            release(sh, geo, pos, slot, st);
-            tail += 1;
-            break;
-        }
-        slot.start.store((start + c) as u64, Ordering::Relaxed);
-        if start + c < end {
+        let packet_done = st & PACKET != 0 && packet_reads;
+        if start + c < end && !packet_done {
+            slot.start.store((start + c) as u64, Ordering::Relaxed);
             break; // the caller's buffer is full
         }
-        if release(sh, geo, pos, slot, st) {
+        if release(sh, geo, (pos, slot, st), tail, head) {
             tail += 1;
-        } // else a writer merged more bytes into this slot: read on
+        } else {
+            // A writer merged more bytes into this (last) slot: read on from where we stopped.
+            slot.start.store((start + c) as u64, Ordering::Relaxed);
+        }
+        if packet_done {
+            break;
+        }
     }
     rs.tail = tail;
     rs.cached_head = head;
     n
 }
 
-/// Releases the drained slot at `pos` if its state is still `st`; gives its page to the pool or
-/// back to the OS, then advances the tail. False if a writer merged into the slot meanwhile.
-fn release(sh: &Shared, geo: &Geometry, pos: usize, slot: &Slot, st: u64) -> bool {
-    let keep = sh.config.policy.keep_on_release(sh.spare.load(Ordering::Relaxed));
-    let freed = if keep { RELEASED | RESIDENT } else { RELEASED };
-    // Relaxed: this CAS only decides between us and a merging writer (whose CAS expects the same
-    // `st`); the page's reuse is ordered by the tail RMW below.
-    if slot.state.compare_exchange(st, freed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-        return false;
+/// Releases the drained slot `tail` (at `pos`, seen with state `st`) unless a writer merged into
+/// it meanwhile (then false); keeps its page as a spare or gives it back to the OS, as the pool
+/// policy says, and advances the tail.
+fn release(sh: &Shared, geo: &Geometry, (pos, slot, st): (usize, &Slot, u64), tail: u64, head: u64) -> bool {
+    let keep = sh.config.policy.keep_on_release(|| sh.spare(head, tail));
+    let freed = if keep { st | RELEASED } else { st | RELEASED | DROPPED };
+    if tail + 1 == head {
+        // The last slot: a writer may be merging into it. Relaxed: this CAS only decides between
+        // us and the writer's CAS on the same `st`; reuse of the page is ordered by the tail RMW.
+        if slot.state.compare_exchange(st, freed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return false;
+        }
+    } else if !keep {
+        // Not the last slot (head is past it), so no writer touches its state until it is free.
+        slot.state.store(freed, Ordering::Relaxed);
     }
-    if keep {
-        sh.spare.fetch_add(1, Ordering::Relaxed);
-    } else {
+    if !keep {
+        sh.dropped.fetch_add(1, Ordering::Relaxed);
         geo.arena.dontneed(pos * geo.slot_size, geo.slot_size);
     }
     // Release: pairs with the writer's Acquire load of tail, so our reads of this page (and the

@@ -68,7 +68,7 @@ impl Writer {
     /// Spare pages the pipe's pool holds resident (pages at free slot positions that the next
     /// writes reuse without a page fault), as counted by the pool.
     pub fn spare_pages(&self) -> usize {
-        self.shared.spare.load(Ordering::Relaxed)
+        self.shared.spare_pages()
     }
 
     /// Resident 4 KiB pages at free slot positions as the kernel reports them (`mincore(2)`).
