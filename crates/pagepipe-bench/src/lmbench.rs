@@ -1,7 +1,9 @@
 //! `bw` and `lat`: lmbench's bw_pipe / bw_unix (64 KiB writes between two threads) and
 //! lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side by side.
 
-use crate::common::{fmt_summary, print_json, print_table, progress, Histogram, Record, Summary, Usage};
+use crate::common::{
+    fmt_summary, print_json, print_table, progress, Histogram, Record, Summary, Usage,
+};
 use crate::pipe_bench::{alternate, parse_pool, ratio_cell, summarise, summary_of};
 use crate::transport::{self, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
@@ -44,7 +46,12 @@ pub struct LatArgs {
 }
 
 /// One bw run: a writer thread writes `size`-byte chunks, the caller's thread reads and counts.
-pub fn bw_once(t: Transport, cfg: &PipeConfig, size: usize, duration: Duration) -> io::Result<Record> {
+pub fn bw_once(
+    t: Transport,
+    cfg: &PipeConfig,
+    size: usize,
+    duration: Duration,
+) -> io::Result<Record> {
     let (mut ws, mut rs) = transport::open(t, cfg, 1, 1)?;
     let (mut w, mut r) = (ws.pop().unwrap(), rs.pop().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
@@ -53,7 +60,11 @@ pub fn bw_once(t: Transport, cfg: &PipeConfig, size: usize, duration: Duration) 
         let buf = vec![0x5au8; size];
         while !stop2.load(Ordering::Relaxed) {
             if let Err(e) = w.write_all(&buf) {
-                return if e.kind() == io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e) };
+                return if e.kind() == io::ErrorKind::BrokenPipe {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
             }
         }
         Ok(())
@@ -61,7 +72,7 @@ pub fn bw_once(t: Transport, cfg: &PipeConfig, size: usize, duration: Duration) 
     let mut buf = vec![0u8; size];
     let warm = Instant::now() + duration / 5;
     while Instant::now() < warm {
-        r.read(&mut buf)?;
+        let _warm_up_bytes = r.read(&mut buf)?;
     }
     let (u0, t0) = (Usage::now(), Instant::now());
     let mut bytes = 0u64;
@@ -72,7 +83,9 @@ pub fn bw_once(t: Transport, cfg: &PipeConfig, size: usize, duration: Duration) 
     stop.store(true, Ordering::Relaxed);
     drop(r); // the writer gets BrokenPipe if it is blocked
     writer.join().expect("writer thread panicked")?;
-    let mut rec = Record::new("bw", t.name()).config("size", size).config("pipe_size", cfg.pipe_size);
+    let mut rec = Record::new("bw", t.name())
+        .config("size", size)
+        .config("pipe_size", cfg.pipe_size);
     if t == Transport::Pagepipe {
         rec = rec.config("slot_size", cfg.slot_size);
     }
@@ -165,19 +178,34 @@ fn table_for(
         if t == Transport::Kernel {
             kernel = Some(s);
         }
-        let scaled = Summary { median: s.median / scale, mean: s.mean / scale, lo: s.lo / scale, hi: s.hi / scale, n: s.n };
+        let scaled = Summary {
+            median: s.median / scale,
+            mean: s.mean / scale,
+            lo: s.lo / scale,
+            hi: s.hi / scale,
+            n: s.n,
+        };
         let vs_kernel = match (&kernel, lower_is_better) {
             (Some(k), false) => ratio_cell(&s, k),
             (Some(k), true) => ratio_cell(k, &s), // kernel latency / ours: > 1 means faster
             (None, _) => "-".into(),
         };
-        rows.push(vec![bench.to_string(), t.name().to_string(), fmt_summary(&scaled, 2), vs_kernel]);
+        rows.push(vec![
+            bench.to_string(),
+            t.name().to_string(),
+            fmt_summary(&scaled, 2),
+            vs_kernel,
+        ]);
     }
     rows
 }
 
 pub fn run_bw(a: &BwArgs, json: bool) -> io::Result<()> {
-    let cfg = PipeConfig { pipe_size: a.pipe_size, pool: a.pool, slot_size: a.slot_size };
+    let cfg = PipeConfig {
+        pipe_size: a.pipe_size,
+        pool: a.pool,
+        slot_size: a.slot_size,
+    };
     let d = Duration::from_secs_f64(a.duration);
     let vs = crate::pipe_bench::variants(&a.transport, &[a.pool]);
     let bar = progress((vs.len() * a.runs) as u64, "bw", json);
@@ -185,7 +213,10 @@ pub fn run_bw(a: &BwArgs, json: bool) -> io::Result<()> {
     bar.finish_and_clear();
     let rows = table_for("bw", &a.transport, &results, "mbps", 1.0, false, json);
     if !json {
-        println!("bw: {} B writes, {} B pipe, {} s x {} runs (median [95% CI])", a.size, a.pipe_size, a.duration, a.runs);
+        println!(
+            "bw: {} B writes, {} B pipe, {} s x {} runs (median [95% CI])",
+            a.size, a.pipe_size, a.duration, a.runs
+        );
         print_table(&["bench", "transport", "MB/s", "vs kernel"], &rows);
     }
     Ok(())

@@ -4,7 +4,9 @@
 //! fixed-size messages (64 KiB) for a fixed time and time every write; readers drain. Reports
 //! writes/s, MB/s, per-write latency and the page faults and CPU the run cost.
 
-use crate::common::{fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage};
+use crate::common::{
+    fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage,
+};
 use crate::transport::{self, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
@@ -50,14 +52,22 @@ pub struct Args {
 pub fn parse_pool(s: &str) -> Result<PoolPolicy, String> {
     let parts: Vec<&str> = s.split(':').collect();
     let num = |i: usize, default: usize| -> Result<usize, String> {
-        parts.get(i).map_or(Ok(default), |p| p.parse().map_err(|e| format!("bad number {p:?} in pool {s:?}: {e}")))
+        parts.get(i).map_or(Ok(default), |p| {
+            p.parse()
+                .map_err(|e| format!("bad number {p:?} in pool {s:?}: {e}"))
+        })
     };
     match parts[0] {
         "adaptive" => Ok(PoolPolicy::Adaptive { keep: num(1, 2)? }),
-        "unified" => Ok(PoolPolicy::Unified { keep: num(1, 2)?, burst: num(2, 8)? }),
+        "unified" => Ok(PoolPolicy::Unified {
+            keep: num(1, 2)?,
+            burst: num(2, 8)?,
+        }),
         "tmppage" => Ok(PoolPolicy::TmpPage),
         "none" => Ok(PoolPolicy::None),
-        other => Err(format!("unknown pool policy {other:?} (adaptive, unified, tmppage, none)")),
+        other => Err(format!(
+            "unknown pool policy {other:?} (adaptive, unified, tmppage, none)"
+        )),
     }
 }
 
@@ -80,7 +90,9 @@ pub struct Variant {
 impl Variant {
     pub fn label(&self) -> String {
         match self.pool {
-            Some(p) if self.transport == Transport::Pagepipe => format!("pagepipe/{}", pool_name(p)),
+            Some(p) if self.transport == Transport::Pagepipe => {
+                format!("pagepipe/{}", pool_name(p))
+            }
             _ => self.transport.name().to_string(),
         }
     }
@@ -91,9 +103,15 @@ pub fn variants(transports: &[Transport], pools: &[PoolPolicy]) -> Vec<Variant> 
     let mut v = Vec::new();
     for &t in transports {
         if t == Transport::Pagepipe {
-            v.extend(pools.iter().map(|&p| Variant { transport: t, pool: Some(p) }));
+            v.extend(pools.iter().map(|&p| Variant {
+                transport: t,
+                pool: Some(p),
+            }));
         } else {
-            v.push(Variant { transport: t, pool: None });
+            v.push(Variant {
+                transport: t,
+                pool: None,
+            });
         }
     }
     v
@@ -168,7 +186,9 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Record> {
         .config("pipe_size", wl.pipe.pipe_size)
         .config("duration_s", wl.duration.as_secs_f64());
     if v.transport == Transport::Pagepipe {
-        rec = rec.config("pool", pool_name(cfg.pool)).config("slot_size", cfg.slot_size);
+        rec = rec
+            .config("pool", pool_name(cfg.pool))
+            .config("slot_size", cfg.slot_size);
     }
     let writes = hist.count() as f64;
     rec.metric("writes_per_s", writes / secs);
@@ -218,24 +238,43 @@ pub fn summarise(runs: &[Record], ci_keys: &[&str]) -> (Record, Vec<(String, Sum
 }
 
 pub fn summary_of<'a>(sums: &'a [(String, Summary)], key: &str) -> &'a Summary {
-    &sums.iter().find(|(k, _)| k == key).expect("metric present").1
+    &sums
+        .iter()
+        .find(|(k, _)| k == key)
+        .expect("metric present")
+        .1
 }
 
 /// "2.41x" plus a mark when the two intervals overlap (not distinguishable from noise).
 pub fn ratio_cell(ours: &Summary, base: &Summary) -> String {
-    let noise = if ours.distinct_from(base) { "" } else { " (noise)" };
+    let noise = if ours.distinct_from(base) {
+        ""
+    } else {
+        " (noise)"
+    };
     format!("{:.2}x{noise}", ours.median / base.median)
 }
 
 pub fn run(a: &Args, json: bool) -> io::Result<()> {
     let configs: Vec<(usize, usize)> = match (a.writers, a.readers) {
-        (None, None) => [1, 2, 5].iter().flat_map(|&w| [1, 5, 10].map(move |r| (w, r))).collect(),
+        (None, None) => [1, 2, 5]
+            .iter()
+            .flat_map(|&w| [1, 5, 10].map(move |r| (w, r)))
+            .collect(),
         (w, r) => vec![(w.unwrap_or(1), r.unwrap_or(1))],
     };
     let vs = variants(&a.transport, &a.pool);
-    let pipe = PipeConfig { pipe_size: a.pipe_size, pool: a.pool[0], slot_size: a.slot_size };
+    let pipe = PipeConfig {
+        pipe_size: a.pipe_size,
+        pool: a.pool[0],
+        slot_size: a.slot_size,
+    };
     let _hog = MemoryHog::start(a.memory_pressure)?;
-    let bar = progress((configs.len() * vs.len() * a.runs.max(1)) as u64, "pipe_bench", json);
+    let bar = progress(
+        (configs.len() * vs.len() * a.runs.max(1)) as u64,
+        "pipe_bench",
+        json,
+    );
     let mut rows = Vec::new();
     for (writers, readers) in configs {
         let wl = Workload {
@@ -249,7 +288,8 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
         let mut kernel: Option<Summary> = None;
         for (v, runs) in vs.iter().zip(&results) {
             let (mut rec, sums) = summarise(runs, &["mbps", "writes_per_s", "lat_avg_ns"]);
-            rec.config.insert("memory_pressure".into(), a.memory_pressure.into());
+            rec.config
+                .insert("memory_pressure".into(), a.memory_pressure.into());
             let mbps = *summary_of(&sums, "mbps");
             if v.transport == Transport::Kernel {
                 kernel = Some(mbps);
@@ -278,10 +318,24 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
             a.pipe_size,
             a.duration,
             a.runs,
-            if a.memory_pressure { ", under memory pressure" } else { "" }
+            if a.memory_pressure {
+                ", under memory pressure"
+            } else {
+                ""
+            }
         );
         print_table(
-            &["config", "transport", "writes/s", "MB/s", "avg µs", "p99 µs", "faults", "cpu s", "vs kernel"],
+            &[
+                "config",
+                "transport",
+                "writes/s",
+                "MB/s",
+                "avg µs",
+                "p99 µs",
+                "faults",
+                "cpu s",
+                "vs kernel",
+            ],
             &rows,
         );
     }

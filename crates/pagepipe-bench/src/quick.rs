@@ -23,10 +23,22 @@ struct Row {
 impl Row {
     fn render(&self) -> Vec<String> {
         let cell = |t: Transport| {
-            self.cells.iter().find(|(ct, _)| *ct == t).map_or("-".to_string(), |(_, s)| {
-                let k = self.scale;
-                fmt_summary(&Summary { median: s.median / k, mean: s.mean / k, lo: s.lo / k, hi: s.hi / k, n: s.n }, 2)
-            })
+            self.cells
+                .iter()
+                .find(|(ct, _)| *ct == t)
+                .map_or("-".to_string(), |(_, s)| {
+                    let k = self.scale;
+                    fmt_summary(
+                        &Summary {
+                            median: s.median / k,
+                            mean: s.mean / k,
+                            lo: s.lo / k,
+                            hi: s.hi / k,
+                            n: s.n,
+                        },
+                        2,
+                    )
+                })
         };
         let get = |t: Transport| self.cells.iter().find(|(ct, _)| *ct == t).map(|(_, s)| s);
         let ratio = match (get(Transport::Pagepipe), get(Transport::Kernel)) {
@@ -54,7 +66,13 @@ fn rows_from(
 ) -> Vec<Row> {
     let mut rows: Vec<Row> = metrics
         .iter()
-        .map(|&(_, label, scale, lower)| Row { bench: bench.into(), metric: label, scale, lower_is_better: lower, cells: vec![] })
+        .map(|&(_, label, scale, lower)| Row {
+            bench: bench.into(),
+            metric: label,
+            scale,
+            lower_is_better: lower,
+            cells: vec![],
+        })
         .collect();
     for (&t, runs) in vs.iter().zip(results) {
         let (rec, sums) = summarise(runs, &metrics.iter().map(|m| m.0).collect::<Vec<_>>());
@@ -71,13 +89,23 @@ fn rows_from(
 pub fn run(json: bool) -> io::Result<()> {
     let kp = [Transport::Kernel, Transport::Pagepipe];
     let all = [Transport::Kernel, Transport::Unix, Transport::Pagepipe];
-    let pipe_cfg = PipeConfig { pipe_size: 1 << 20, pool: PoolPolicy::default(), slot_size: 4096 };
+    let pipe_cfg = PipeConfig {
+        pipe_size: 1 << 20,
+        pool: PoolPolicy::default(),
+        slot_size: 4096,
+    };
     let steps = (2 * kp.len() + 2 * all.len()) * RUNS + kp.len();
     let bar = progress(steps as u64, "quick suite", json);
     let mut rows = Vec::new();
     let second = Duration::from_secs(1);
     for (w, r) in [(1, 1), (5, 5)] {
-        let wl = Workload { writers: w, readers: r, msgsize: 64 * 1024, duration: second, pipe: pipe_cfg };
+        let wl = Workload {
+            writers: w,
+            readers: r,
+            msgsize: 64 * 1024,
+            duration: second,
+            pipe: pipe_cfg,
+        };
         let vs = variants(&kp, &[PoolPolicy::default()]);
         let results = alternate(&vs, RUNS, &bar, |v| pipe_bench::measure(v, &wl))?;
         rows.extend(rows_from(
@@ -94,23 +122,56 @@ pub fn run(json: bool) -> io::Result<()> {
     }
     let bw_cfg = PipeConfig::default();
     let vs = variants(&all, &[PoolPolicy::default()]);
-    let results = alternate(&vs, RUNS, &bar, |v| bw_once(v.transport, &bw_cfg, 64 * 1024, second))?;
-    rows.extend(rows_from("bw 64K", &all, &results, &[("mbps", "MB/s", 1.0, false)], json));
+    let results = alternate(&vs, RUNS, &bar, |v| {
+        bw_once(v.transport, &bw_cfg, 64 * 1024, second)
+    })?;
+    rows.extend(rows_from(
+        "bw 64K",
+        &all,
+        &results,
+        &[("mbps", "MB/s", 1.0, false)],
+        json,
+    ));
     let results = alternate(&vs, RUNS, &bar, |v| lat_once(v.transport, second / 2))?;
-    rows.extend(rows_from("lat 1B", &all, &results, &[("lat_avg_ns", "round trip µs", 1e3, true)], json));
+    rows.extend(rows_from(
+        "lat 1B",
+        &all,
+        &results,
+        &[("lat_avg_ns", "round trip µs", 1e3, true)],
+        json,
+    ));
     // Both idle readers block at the same time: 2 s in all.
-    let idle: Vec<_> = kp.iter().map(|&t| std::thread::spawn(move || idle_once(t, Duration::from_secs(2)))).collect();
+    let idle: Vec<_> = kp
+        .iter()
+        .map(|&t| std::thread::spawn(move || idle_once(t, Duration::from_secs(2))))
+        .collect();
     let mut idle_results = Vec::new();
     for h in idle {
         idle_results.push(vec![h.join().expect("idle thread panicked")?]);
         bar.inc(1);
     }
-    rows.extend(rows_from("idle reader 2s", &kp, &idle_results, &[("cpu_pct", "% of a core", 1.0, true)], json));
+    rows.extend(rows_from(
+        "idle reader 2s",
+        &kp,
+        &idle_results,
+        &[("cpu_pct", "% of a core", 1.0, true)],
+        json,
+    ));
     bar.finish_and_clear();
     if !json {
         println!("pagepipe-bench quick suite: median [95% CI] of {RUNS} runs; 'pagepipe vs kernel' > 1 means pagepipe is better");
         let rendered: Vec<Vec<String>> = rows.iter().map(Row::render).collect();
-        print_table(&["bench", "metric", "kernel", "unix", "pagepipe", "pagepipe vs kernel"], &rendered);
+        print_table(
+            &[
+                "bench",
+                "metric",
+                "kernel",
+                "unix",
+                "pagepipe",
+                "pagepipe vs kernel",
+            ],
+            &rendered,
+        );
     }
     Ok(())
 }

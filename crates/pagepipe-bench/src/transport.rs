@@ -36,7 +36,11 @@ pub struct PipeConfig {
 
 impl Default for PipeConfig {
     fn default() -> Self {
-        PipeConfig { pipe_size: 64 * 1024, pool: PoolPolicy::default(), slot_size: 4096 }
+        PipeConfig {
+            pipe_size: 64 * 1024,
+            pool: PoolPolicy::default(),
+            slot_size: 4096,
+        }
     }
 }
 
@@ -44,16 +48,28 @@ pub type W = Box<dyn Write + Send>;
 pub type R = Box<dyn Read + Send>;
 
 /// Opens one channel with `writers` write handles and `readers` read handles.
-pub fn open(t: Transport, cfg: &PipeConfig, writers: usize, readers: usize) -> io::Result<(Vec<W>, Vec<R>)> {
+pub fn open(
+    t: Transport,
+    cfg: &PipeConfig,
+    writers: usize,
+    readers: usize,
+) -> io::Result<(Vec<W>, Vec<R>)> {
     match t {
         Transport::Kernel => {
             let (w, r) = kernel_pipe(cfg.pipe_size)?;
-            Ok((dup_n(&w, writers, |f| Box::new(f) as W)?, dup_n(&r, readers, |f| Box::new(f) as R)?))
+            Ok((
+                dup_n(&w, writers, |f| Box::new(f) as W)?,
+                dup_n(&r, readers, |f| Box::new(f) as R)?,
+            ))
         }
         Transport::Unix => {
             let (a, b) = UnixStream::pair()?;
-            let ws = (0..writers).map(|_| a.try_clone().map(|s| Box::new(s) as W)).collect::<io::Result<_>>()?;
-            let rs = (0..readers).map(|_| b.try_clone().map(|s| Box::new(s) as R)).collect::<io::Result<_>>()?;
+            let ws = (0..writers)
+                .map(|_| a.try_clone().map(|s| Box::new(s) as W))
+                .collect::<io::Result<_>>()?;
+            let rs = (0..readers)
+                .map(|_| b.try_clone().map(|s| Box::new(s) as R))
+                .collect::<io::Result<_>>()?;
             Ok((ws, rs))
         }
         Transport::Pagepipe => {

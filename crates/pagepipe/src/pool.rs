@@ -77,6 +77,7 @@ impl PoolPolicy {
     }
 
     /// Spare pages an idle pipe keeps.
+    #[cfg(not(loom))]
     pub(crate) fn idle_keep(self) -> usize {
         match self {
             PoolPolicy::Unified { keep, .. } | PoolPolicy::Adaptive { keep } => keep,

@@ -21,7 +21,10 @@ pub(crate) fn index(word: u64) -> u64 {
 /// Slots holding data between `tail` and `head` (indices, not words).
 #[inline]
 pub(crate) fn occupancy(head: u64, tail: u64) -> u64 {
-    debug_assert!(head.wrapping_sub(tail) <= 1 << 40, "tail {tail} ran past head {head}");
+    debug_assert!(
+        head.wrapping_sub(tail) <= 1 << 40,
+        "tail {tail} ran past head {head}"
+    );
     head.wrapping_sub(tail)
 }
 
@@ -44,7 +47,7 @@ mod tests {
 
     #[test]
     fn words_pack_index_and_flag() {
-        let w = 5 * ONE | WAITING;
+        let w = (5 * ONE) | WAITING;
         assert_eq!(index(w), 5);
         assert_eq!(index(w + ONE), 6);
         assert_eq!((w + ONE) & WAITING, WAITING);

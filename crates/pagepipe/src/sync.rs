@@ -90,11 +90,3 @@ impl<T> std::ops::Deref for Padded<T> {
         &self.0
     }
 }
-
-/// One step of a busy wait.
-pub(crate) fn spin_hint() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::hint::spin_loop();
-}

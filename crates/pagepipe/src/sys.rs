@@ -2,8 +2,6 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
-use std::time::Duration;
 
 /// The page size pagepipe assumes (checked against `sysconf` in [`page_size_ok`]).
 pub(crate) const PAGE_SIZE: usize = 4096;
@@ -26,7 +24,10 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of zeroed memory, committed lazily (`mmap(2)` with `MAP_NORESERVE`).
     pub(crate) fn anonymous(len: usize) -> io::Result<Mapping> {
-        assert!(len > 0 && len % PAGE_SIZE == 0, "mapping length {len} is not a positive page multiple");
+        assert!(
+            len > 0 && len % PAGE_SIZE == 0,
+            "mapping length {len} is not a positive page multiple"
+        );
         // SAFETY: a fresh anonymous mapping at an address of the kernel's choice aliases nothing.
         let ptr = unsafe {
             libc::mmap(
@@ -58,21 +59,33 @@ impl Mapping {
     /// Gives the pages of `offset..offset + len` back to the OS (`madvise(2)`, `MADV_DONTNEED`):
     /// the next touch faults in a zeroed page.
     pub(crate) fn dontneed(&self, offset: usize, len: usize) {
-        assert!(offset % PAGE_SIZE == 0 && offset + len <= self.len, "advice range out of the mapping");
+        assert!(
+            offset % PAGE_SIZE == 0 && offset + len <= self.len,
+            "advice range out of the mapping"
+        );
         if len == 0 {
             return;
         }
         // SAFETY: the range lies inside our mapping (asserted above); DONTNEED only discards
         // contents the caller gave up, never the mapping itself.
-        let rc = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
+        let rc =
+            unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
         // DONTNEED on our own private anonymous mapping cannot fail short of a kernel bug; if it
         // did, the pages would only stay resident longer.
-        debug_assert_eq!(rc, 0, "madvise(MADV_DONTNEED) failed: {}", io::Error::last_os_error());
+        debug_assert_eq!(
+            rc,
+            0,
+            "madvise(MADV_DONTNEED) failed: {}",
+            io::Error::last_os_error()
+        );
     }
 
     /// How many pages of `offset..offset + len` are resident (`mincore(2)`).
     pub(crate) fn resident_pages(&self, offset: usize, len: usize) -> io::Result<usize> {
-        assert!(offset % PAGE_SIZE == 0 && offset + len <= self.len, "mincore range out of the mapping");
+        assert!(
+            offset % PAGE_SIZE == 0 && offset + len <= self.len,
+            "mincore range out of the mapping"
+        );
         let mut vec = vec![0u8; len.div_ceil(PAGE_SIZE)];
         if len == 0 {
             return Ok(0);
@@ -112,14 +125,21 @@ pub(crate) fn page_size_ok() -> bool {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) == PAGE_SIZE as libc::c_long }
 }
 
+#[cfg(not(loom))]
 /// Sleeps while `*word == expected`, at most `timeout` (`futex(2)`, `FUTEX_WAIT_PRIVATE`).
 /// Returns false when the timeout expired; spurious returns are possible.
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
+pub(crate) fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) -> bool {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned u32 for the duration of the call; `ts_ptr` is null or
     // points to a timespec that outlives the call.
     let rc = unsafe {
@@ -134,8 +154,9 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Durati
     !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
 }
 
+#[cfg(not(loom))]
 /// Wakes every thread sleeping on `word` (`futex(2)`, `FUTEX_WAKE_PRIVATE`).
-pub(crate) fn futex_wake_all(word: &AtomicU32) {
+pub(crate) fn futex_wake_all(word: &std::sync::atomic::AtomicU32) {
     // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE only reads its address.
     unsafe {
         libc::syscall(

@@ -9,7 +9,11 @@ use loom::thread;
 use std::io::{Read, Write};
 
 fn one_slot_pipe() -> (crate::Writer, crate::Reader) {
-    Builder::new().capacity(1).pool(PoolPolicy::Adaptive { keep: 0 }).build().unwrap()
+    Builder::new()
+        .capacity(1)
+        .pool(PoolPolicy::Adaptive { keep: 0 })
+        .build()
+        .unwrap()
 }
 
 /// Reads until end of file, returning everything read.

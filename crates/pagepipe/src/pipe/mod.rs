@@ -23,9 +23,7 @@ pub use writer::{WriteChunk, Writer};
 
 use crate::pool::PoolPolicy;
 use crate::ring::{self, WAITING};
-use crate::sync::{
-    spin_hint, AtomicBool, AtomicU64, AtomicUsize, Futex, Mutex, MutexGuard, Ordering, Padded,
-};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Futex, Mutex, MutexGuard, Ordering, Padded};
 use crate::sys::{Mapping, PAGE_SIZE};
 use std::cell::UnsafeCell;
 use std::io;
@@ -64,7 +62,10 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 impl Slot {
     fn free() -> Slot {
-        Slot { state: AtomicU64::new(RELEASED | DROPPED), start: AtomicU64::new(0) }
+        Slot {
+            state: AtomicU64::new(RELEASED | DROPPED),
+            start: AtomicU64::new(0),
+        }
     }
 }
 
@@ -84,7 +85,12 @@ impl Geometry {
         debug_assert!(ring_size.is_power_of_two() && slot_size.is_power_of_two());
         let arena = Mapping::anonymous(ring_size * slot_size)?;
         let slots = (0..ring_size).map(|_| Slot::free()).collect();
-        Ok(Geometry { ring_size, slot_size, slots, arena })
+        Ok(Geometry {
+            ring_size,
+            slot_size,
+            slots,
+            arena,
+        })
     }
 
     fn slot(&self, index: u64) -> (usize, &Slot) {
@@ -156,6 +162,7 @@ pub(crate) struct Shared {
     /// Spare pages are derived: free positions minus this. Advisory: read Relaxed.
     dropped: AtomicUsize,
     /// `index(head)` seen by the idle trimmer's last tick.
+    #[cfg(not(loom))]
     idle_mark: AtomicU64,
     config: Config,
 }
@@ -166,12 +173,6 @@ unsafe impl Sync for Shared {}
 // SAFETY: all fields are Send; the raw pointers in Geometry name memory the pipe owns.
 unsafe impl Send for Shared {}
 
-/// Spin iterations before a side registers and sleeps.
-#[cfg(not(loom))]
-const SPIN_LIMIT: u32 = 1 << 12;
-#[cfg(loom)]
-const SPIN_LIMIT: u32 = 0;
-
 impl Shared {
     pub(crate) fn new(ring_size: usize, config: Config) -> io::Result<Shared> {
         let geo = Geometry::new(ring_size, config.slot_size)?;
@@ -180,8 +181,14 @@ impl Shared {
             tail: Padded(AtomicU64::new(0)),
             readable: Padded(Futex::new()),
             writable: Padded(Futex::new()),
-            write_side: Padded(Mutex::new(WriteSide { head: 0, cached_tail: 0 })),
-            read_side: Padded(Mutex::new(ReadSide { tail: 0, cached_head: 0 })),
+            write_side: Padded(Mutex::new(WriteSide {
+                head: 0,
+                cached_tail: 0,
+            })),
+            read_side: Padded(Mutex::new(ReadSide {
+                tail: 0,
+                cached_head: 0,
+            })),
             prefill_arena: AtomicPtr::new(geo.arena.as_ptr()),
             prefill_ring: AtomicUsize::new(ring_size),
             geo: UnsafeCell::new(geo),
@@ -192,6 +199,7 @@ impl Shared {
             write_nonblocking: AtomicBool::new(false),
             read_nonblocking: AtomicBool::new(false),
             dropped: AtomicUsize::new(ring_size),
+            #[cfg(not(loom))]
             idle_mark: AtomicU64::new(0),
             config,
         })
@@ -237,14 +245,21 @@ impl Shared {
     fn readable_now(&self) -> bool {
         // Acquire (all three): pairs with the Release RMWs that publish head and tail and with the
         // AcqRel decrement of the writer count, so a reader that sees the change sees what preceded it.
-        ring::index(self.head.load(Ordering::Acquire)) != ring::index(self.tail.load(Ordering::Acquire))
+        ring::index(self.head.load(Ordering::Acquire))
+            != ring::index(self.tail.load(Ordering::Acquire))
             || self.writers.load(Ordering::Acquire) == 0
     }
 
     fn writable_now(&self) -> bool {
-        let (h, t) = (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire));
-        !ring::is_full(ring::index(h), ring::index(t), self.max_usage.load(Ordering::Acquire) as u64)
-            || self.readers.load(Ordering::Acquire) == 0
+        let (h, t) = (
+            self.head.load(Ordering::Acquire),
+            self.tail.load(Ordering::Acquire),
+        );
+        !ring::is_full(
+            ring::index(h),
+            ring::index(t),
+            self.max_usage.load(Ordering::Acquire) as u64,
+        ) || self.readers.load(Ordering::Acquire) == 0
     }
 
     /// Blocks until the ring may hold data or every writer is gone.
@@ -292,7 +307,10 @@ impl Shared {
 
     /// Spare pages: free positions whose page is resident, given a view of the indices.
     fn spare(&self, head: u64, tail: u64) -> usize {
-        let free = self.max_usage.load(Ordering::Relaxed).saturating_sub(ring::occupancy(head, tail) as usize);
+        let free = self
+            .max_usage
+            .load(Ordering::Relaxed)
+            .saturating_sub(ring::occupancy(head, tail) as usize);
         free.saturating_sub(self.dropped.load(Ordering::Relaxed))
     }
 
@@ -377,8 +395,15 @@ impl Shared {
     /// The idle trimmer's and `shrink_pipes`' entry point.
     #[cfg(not(loom))]
     pub(crate) fn trim(&self, force: bool) -> usize {
-        let keep = if force { 0 } else { self.config.policy.idle_keep() };
-        let (h, t) = (self.head.load(Ordering::Relaxed), self.tail.load(Ordering::Relaxed));
+        let keep = if force {
+            0
+        } else {
+            self.config.policy.idle_keep()
+        };
+        let (h, t) = (
+            self.head.load(Ordering::Relaxed),
+            self.tail.load(Ordering::Relaxed),
+        );
         if self.spare(ring::index(h), ring::index(t)) <= keep {
             return 0;
         }
@@ -397,7 +422,10 @@ impl Shared {
 
     /// Spare pages as the pool counts them (see `dropped`).
     pub(crate) fn spare_pages(&self) -> usize {
-        let (h, t) = (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire));
+        let (h, t) = (
+            self.head.load(Ordering::Acquire),
+            self.tail.load(Ordering::Acquire),
+        );
         self.spare(ring::index(h), ring::index(t))
     }
 
@@ -409,7 +437,9 @@ impl Shared {
         let mut n = 0;
         for i in ws.head..tail + geo.ring_size as u64 {
             let pos = ring::slot(i, geo.ring_size);
-            n += geo.arena.resident_pages(pos * geo.slot_size, geo.slot_size)?;
+            n += geo
+                .arena
+                .resident_pages(pos * geo.slot_size, geo.slot_size)?;
         }
         Ok(n)
     }
@@ -439,7 +469,9 @@ impl Shared {
                 let ((opos, oslot), (npos, nslot)) = (old.slot(i), new.slot(i));
                 let st = oslot.state.load(Ordering::Relaxed);
                 nslot.state.store(st, Ordering::Relaxed);
-                nslot.start.store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
+                nslot
+                    .start
+                    .store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
                 let end = (st & END_MASK) as usize;
                 // SAFETY: both pages are slot_size long and end <= slot_size; the old and new
                 // arenas are distinct mappings; both sides are held, so no one else touches them.
@@ -447,7 +479,8 @@ impl Shared {
             }
             self.prefill_ring.store(0, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `prefill`.
-            self.prefill_arena.store(new.arena.as_ptr(), Ordering::Release);
+            self.prefill_arena
+                .store(new.arena.as_ptr(), Ordering::Release);
             self.prefill_ring.store(ring_size, Ordering::Release);
             // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
             // a side guard other than ours) and nobody else can take one until we release them.
@@ -455,7 +488,10 @@ impl Shared {
             // The retired arena keeps its address space only (its pages go back to the OS) in
             // case a racing prefill still points there.
             old.arena.dontneed(0, old.arena.len());
-            self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old.arena);
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(old.arena);
             // The new arena is untouched but for the data copied in: every free position is dropped.
             self.dropped.store(ring_size - queued, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `writable_now`.
@@ -473,11 +509,23 @@ impl Shared {
 /// Splits `count` positions starting at `first` in a ring of `ring` into contiguous runs.
 fn wrapped_runs(first: usize, count: usize, ring: usize) -> impl Iterator<Item = (usize, usize)> {
     let a = count.min(ring - first);
-    [(first, a), (0, count - a)].into_iter().filter(|&(_, n)| n > 0)
+    [(first, a), (0, count - a)]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+}
+
+/// Spins (bounded) until `ready`; false if it never became true. Under loom, never spins:
+/// the model explores the sleeping path, where lost wakeups would hide.
+#[cfg(loom)]
+fn spin_until(_ready: impl Fn() -> bool) -> bool {
+    false
 }
 
 /// Spins (bounded) until `ready`; false if it never became true.
+#[cfg(not(loom))]
 fn spin_until(ready: impl Fn() -> bool) -> bool {
+    /// Spin iterations before a side registers and sleeps.
+    const SPIN_LIMIT: u32 = 1 << 12;
     for i in 0..SPIN_LIMIT {
         if ready() {
             return true;
@@ -485,7 +533,7 @@ fn spin_until(ready: impl Fn() -> bool) -> bool {
         if i % 256 == 255 {
             std::thread::yield_now();
         } else {
-            spin_hint();
+            std::hint::spin_loop();
         }
     }
     false
@@ -512,7 +560,9 @@ pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
     if !slot_size.is_power_of_two() || !(PAGE_SIZE..=MAX_CAPACITY).contains(&slot_size) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"),
+            format!(
+                "slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"
+            ),
         ));
     }
     Ok(())
@@ -530,8 +580,14 @@ mod tests {
         assert_eq!(ring_size_for(65537, 4096).unwrap(), 32);
         assert_eq!(ring_size_for(65536, 65536).unwrap(), 1);
         assert_eq!(ring_size_for(4096, 65536).unwrap(), 1);
-        assert_eq!(ring_size_for(0, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            ring_size_for(0, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         assert!(check_slot_size(8192).is_ok());
         assert!(check_slot_size(6000).is_err());
         assert!(check_slot_size(2048).is_err());
@@ -539,7 +595,10 @@ mod tests {
 
     #[test]
     fn wrapped_runs_split_at_the_end() {
-        assert_eq!(wrapped_runs(14, 4, 16).collect::<Vec<_>>(), vec![(14, 2), (0, 2)]);
+        assert_eq!(
+            wrapped_runs(14, 4, 16).collect::<Vec<_>>(),
+            vec![(14, 2), (0, 2)]
+        );
         assert_eq!(wrapped_runs(0, 4, 16).collect::<Vec<_>>(), vec![(0, 4)]);
     }
 }

@@ -1,0 +1,263 @@
+//! Blocking mode, end of file and BrokenPipe for sleeping sides, resizing, clones, bad input.
+
+use pagepipe::{pipe, Builder};
+use std::io::{ErrorKind, Read, Write};
+use std::thread;
+use std::time::Duration;
+
+/// Long enough that a thread that should block has had every chance to run and finish.
+const SETTLE: Duration = Duration::from_millis(50);
+
+#[test]
+fn reader_blocks_until_data_arrives() {
+    let (mut w, mut r) = pipe().unwrap();
+    let t = thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        let n = r.read(&mut buf).unwrap();
+        buf[..n].to_vec()
+    });
+    thread::sleep(SETTLE);
+    assert!(!t.is_finished(), "read of an empty pipe returned");
+    w.write_all(b"wake").unwrap();
+    assert_eq!(t.join().unwrap(), b"wake");
+}
+
+#[test]
+fn writer_blocks_on_full_pipe_until_read() {
+    let (mut w, mut r) = pipe().unwrap();
+    w.write_all(&[7u8; 65536]).unwrap();
+    let t = thread::spawn(move || w.write(&[8u8; 1]).unwrap());
+    thread::sleep(SETTLE);
+    assert!(!t.is_finished(), "write to a full pipe returned");
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(r.read(&mut buf).unwrap(), 4096);
+    assert_eq!(t.join().unwrap(), 1);
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap(); // the writer was dropped with its thread: end of file
+    assert_eq!(rest.len(), 61441);
+    assert_eq!(*rest.last().unwrap(), 8);
+}
+
+#[test]
+fn last_writer_drop_wakes_sleeping_reader_with_eof() {
+    let (w, mut r) = pipe().unwrap();
+    let w2 = w.clone();
+    let t = thread::spawn(move || r.read(&mut [0u8; 8]).unwrap());
+    thread::sleep(SETTLE);
+    drop(w);
+    thread::sleep(SETTLE);
+    assert!(
+        !t.is_finished(),
+        "end of file while a writer clone is alive"
+    );
+    drop(w2);
+    assert_eq!(t.join().unwrap(), 0);
+}
+
+#[test]
+fn data_before_last_writer_drop_is_read_before_eof() {
+    let (mut w, mut r) = pipe().unwrap();
+    w.write_all(b"last words").unwrap();
+    drop(w);
+    let mut s = String::new();
+    r.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "last words");
+    assert_eq!(r.read(&mut [0u8; 4]).unwrap(), 0);
+}
+
+#[test]
+fn last_reader_drop_wakes_sleeping_writer_with_broken_pipe() {
+    let (mut w, r) = pipe().unwrap();
+    w.write_all(&[0u8; 65536]).unwrap();
+    let t = thread::spawn(move || w.write(&[1u8; 100]));
+    thread::sleep(SETTLE);
+    drop(r);
+    assert_eq!(t.join().unwrap().unwrap_err().kind(), ErrorKind::BrokenPipe);
+}
+
+#[test]
+fn blocking_large_write_returns_partial_count_when_reader_leaves() {
+    let (mut w, mut r) = pipe().unwrap();
+    let t = thread::spawn(move || w.write(&vec![3u8; 1 << 20]));
+    let mut buf = vec![0u8; 65536];
+    let mut got = 0;
+    while got < 100_000 {
+        got += r.read(&mut buf).unwrap();
+    }
+    drop(r);
+    let n = t.join().unwrap().unwrap();
+    assert!(n >= got && n < 1 << 20, "wrote {n} after {got} were read");
+}
+
+#[test]
+fn blocking_stream_of_a_mebibyte_arrives_intact() {
+    let (mut w, mut r) = pipe().unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20) + 12345)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let expect = data.clone();
+    let t = thread::spawn(move || assert_eq!(w.write(&data).unwrap(), data.len()));
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    t.join().unwrap();
+    assert!(got == expect);
+}
+
+#[test]
+fn growing_the_pipe_unblocks_a_writer() {
+    let (mut w, r) = pipe().unwrap();
+    w.write_all(&[0u8; 65536]).unwrap();
+    let w2 = w.clone();
+    let t = thread::spawn(move || w.write(&[1u8; 4096]).unwrap());
+    thread::sleep(SETTLE);
+    assert!(!t.is_finished());
+    assert_eq!(w2.set_capacity(131072).unwrap(), 131072);
+    assert_eq!(t.join().unwrap(), 4096);
+    drop(r);
+}
+
+#[test]
+fn nonblocking_mode_is_shared_by_clones_and_reversible() {
+    let (w, r) = pipe().unwrap();
+    let (mut w2, mut r2) = (w.clone(), r.clone());
+    r.set_nonblocking(true).unwrap();
+    assert!(r2.is_nonblocking());
+    assert_eq!(
+        r2.read(&mut [0u8; 1]).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    w.set_nonblocking(true).unwrap();
+    w2.write_all(&[0u8; 65536]).unwrap();
+    assert_eq!(
+        w2.write(&[0u8; 1]).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    w.set_nonblocking(false).unwrap();
+    assert!(!w2.is_nonblocking());
+}
+
+#[test]
+fn shrinking_below_queued_slots_is_busy() {
+    let (mut w, _r) = pipe().unwrap();
+    w.write_all(&[0u8; 3 * 4096]).unwrap();
+    assert_eq!(
+        w.set_capacity(8192).unwrap_err().kind(),
+        ErrorKind::ResourceBusy
+    );
+    assert_eq!(w.set_capacity(16384).unwrap(), 16384);
+    assert_eq!(w.capacity(), 16384);
+}
+
+#[test]
+fn bad_input_is_a_clear_invalid_input_error() {
+    for b in [
+        Builder::new().capacity(0),
+        Builder::new().capacity(pagepipe::MAX_CAPACITY + 1),
+        Builder::new().slot_size(6000),
+        Builder::new().slot_size(2048),
+        Builder::new().slot_size(0),
+    ] {
+        let err = b.build().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(
+            err.to_string().chars().any(|c| c.is_ascii_digit()),
+            "message names the value: {err}"
+        );
+    }
+    let (w, _r) = pipe().unwrap();
+    assert_eq!(
+        w.set_capacity(0).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        w.set_capacity(usize::MAX).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+}
+
+#[test]
+fn fat_slots_hold_packets_of_a_whole_slot() {
+    let (mut w, mut r) = Builder::new()
+        .slot_size(16384)
+        .capacity(65536)
+        .packet_mode(true)
+        .build()
+        .unwrap();
+    assert_eq!(w.capacity(), 65536);
+    assert_eq!(w.write(&[1u8; 20000]).unwrap(), 20000);
+    let mut buf = vec![0u8; 65536];
+    assert_eq!(r.read(&mut buf).unwrap(), 16384);
+    assert_eq!(r.read(&mut buf).unwrap(), 20000 - 16384);
+}
+
+#[test]
+fn fat_slots_merge_in_slot_units() {
+    let (mut w, mut r) = Builder::new()
+        .slot_size(16384)
+        .capacity(32768)
+        .build()
+        .unwrap();
+    w.set_nonblocking(true).unwrap();
+    assert_eq!(w.write(&[1u8; 10000]).unwrap(), 10000);
+    assert_eq!(w.write(&[2u8; 6000]).unwrap(), 6000); // merged into the first slot
+    assert_eq!(w.write(&[3u8; 16384]).unwrap(), 16384); // fills the second
+    assert_eq!(
+        w.write(&[4u8; 1]).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    let mut all = Vec::new();
+    drop(w);
+    r.read_to_end(&mut all).unwrap();
+    assert_eq!(all.len(), 32384);
+}
+
+#[test]
+fn write_chunk_fills_in_place_across_the_wrap() {
+    let (mut w, mut r) = Builder::new().capacity(16384).build().unwrap();
+    w.write_all(&[0u8; 12288]).unwrap();
+    r.read_exact(&mut [0u8; 12288]).unwrap();
+    // head is now at position 3 of 4: the free space wraps.
+    let mut chunk = w.write_chunk().unwrap();
+    assert_eq!(chunk.len(), 16384);
+    let (a, b) = chunk.as_mut_slices();
+    assert_eq!((a.len(), b.len()), (4096, 12288));
+    a.fill(b'a');
+    b[..100].fill(b'b');
+    assert_eq!(chunk.commit(4196), 4196);
+    let mut got = vec![0u8; 8192];
+    r.read_exact(&mut got[..4196]).unwrap();
+    assert!(got[..4096].iter().all(|&x| x == b'a') && got[4096..4196].iter().all(|&x| x == b'b'));
+    w.set_nonblocking(true).unwrap();
+    w.write_all(&[0u8; 16384]).unwrap();
+    assert_eq!(
+        w.write_chunk().err().map(|e| e.kind()),
+        Some(ErrorKind::WouldBlock)
+    );
+    drop(r);
+    assert_eq!(
+        w.write_chunk().err().map(|e| e.kind()),
+        Some(ErrorKind::BrokenPipe)
+    );
+}
+
+#[test]
+fn read_chunk_borrows_and_consumes_in_place() {
+    let (mut w, r) = pipe().unwrap();
+    w.write_all(&[5u8; 5000]).unwrap();
+    w.write_all(b"tail").unwrap(); // merged into the second slot
+    let chunk = r.read_chunk().unwrap();
+    let sizes: Vec<usize> = chunk.slices().map(<[u8]>::len).collect();
+    assert_eq!(sizes, vec![4096, 908]);
+    assert_eq!(chunk.len(), 5004);
+    chunk.consume(4100);
+    let chunk = r.read_chunk().unwrap();
+    let rest: Vec<u8> = chunk.slices().flatten().copied().collect();
+    assert_eq!(rest.len(), 904);
+    assert_eq!(&rest[900..], b"tail");
+    chunk.consume(904);
+    drop(w);
+    assert!(
+        r.read_chunk().unwrap().is_empty(),
+        "end of file is an empty chunk"
+    );
+}
