@@ -893,10 +893,25 @@ impl Seek for Reader {
 /// # Errors
 /// The OS's error from `cachestat` (other than `ENOSYS`), `fstat`, `mmap` or `mincore`.
 pub fn cached_bytes(file: &File) -> io::Result<u64> {
-    match sys::cachestat(file, 0, 0) {
+    cached_bytes_in(file, 0..u64::MAX)
+}
+
+/// How many bytes of the pages of `range` of `file` are in the page cache now (see
+/// [`cached_bytes`]). The range is clipped to the file's size where `mincore` is used.
+///
+/// # Errors
+/// As [`cached_bytes`].
+pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u64> {
+    let start = range.start & !(PAGE - 1);
+    let len = if range.end == u64::MAX { 0 } else { range.end.saturating_sub(start) };
+    match sys::cachestat(file, start, len) {
         Ok(cs) => Ok(cs.nr_cache * PAGE),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-            Ok(sys::file_resident_pages(file, file.metadata()?.len())? * PAGE)
+            let size = file.metadata()?.len();
+            let end = range.end.min(size);
+            let total = sys::file_resident_pages(file, end)?;
+            let before = sys::file_resident_pages(file, start.min(end))?;
+            Ok((total - before) * PAGE)
         }
         Err(e) => Err(e),
     }
@@ -931,6 +946,24 @@ mod tests {
         assert_eq!(merged[2].start, 1 << 20);
         let merged = coalesce(vec![Range::of_write(4096, 4096), Range::of_write(0, 4096)]);
         assert_eq!((merged[0].start, merged[0].end, merged[0].charged), (0, 8192, 8192));
+    }
+
+    #[test]
+    fn a_writeback_error_is_kept_and_reported_everywhere() {
+        let path = std::env::temp_dir().join(format!("pagepipe-dontcache-sticky-{}", std::process::id()));
+        let mut w = Writer::with_mode(File::create(&path).unwrap(), Mode::Fallback).unwrap();
+        w.write_all(b"before").unwrap();
+        let eio = io::Error::from_raw_os_error(libc::EIO);
+        w.shared.set_error(&eio, "writeback of bytes 0..4096".to_string());
+        w.shared.set_error(&io::Error::from_raw_os_error(libc::ENOSPC), "later".to_string());
+        let e = w.write(b"after").unwrap_err();
+        assert_eq!(e.raw_os_error(), None);
+        assert!(e.to_string().contains("writeback of bytes 0..4096"), "{e}");
+        assert_eq!(e.kind(), eio.kind());
+        assert_eq!(w.flush().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.sync().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.finish().unwrap_err().kind(), eio.kind());
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
