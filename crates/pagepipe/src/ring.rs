@@ -44,7 +44,7 @@ mod tests {
 
     #[test]
     fn words_pack_index_and_flag() {
-        let w = 5 * ONE | WAITING;
+        let w = (5 * ONE) | WAITING;
         assert_eq!(index(w), 5);
         assert_eq!(index(w + ONE), 6);
         assert_eq!((w + ONE) & WAITING, WAITING);
