@@ -150,6 +150,26 @@ impl Range {
         self.end - self.start
     }
 
+    /// Cuts the range into pieces of at most `piece` bytes (a page multiple), sharing `charged`
+    /// in proportion (the last piece takes the rounding remainder).
+    fn split(self, piece: u64) -> impl Iterator<Item = Range> {
+        debug_assert!(piece > 0 && piece % PAGE == 0);
+        let len = self.len();
+        let mut start = self.start;
+        let mut left = self.charged;
+        std::iter::from_fn(move || {
+            if start >= self.end {
+                return None;
+            }
+            let end = (start + piece).min(self.end);
+            let charged = if end == self.end { left } else { (self.charged as u128 * (end - start) as u128 / len as u128) as u64 };
+            left -= charged;
+            let r = Range { start, end, charged };
+            start = end;
+            Some(r)
+        })
+    }
+
     /// Absorbs `other` if the two touch or overlap; returns false (unchanged) otherwise.
     fn try_merge(&mut self, other: &Range) -> bool {
         if other.start > self.end || other.end < self.start {
@@ -272,10 +292,16 @@ impl Shared {
         (dirty, kick)
     }
 
+    /// Takes the pending ranges, coalesced, cut into pieces of at most a kick batch: writeback is
+    /// started, waited for and dropped a piece at a time, so a waiting writer resumes after one
+    /// piece rather than after everything it wrote since the flusher last looked.
     fn take_pending(&self) -> Vec<Range> {
         let mut p = lock(&self.pending);
         p.unkicked = 0;
-        coalesce(std::mem::take(&mut p.ranges))
+        let ranges = std::mem::take(&mut p.ranges);
+        drop(p);
+        let piece = kick_batch(self.window.load(Ordering::Relaxed));
+        coalesce(ranges).into_iter().flat_map(|r| r.split(piece)).collect()
     }
 
     /// Starts writeback of `r` and queues it.
@@ -369,10 +395,10 @@ impl Shared {
     }
 }
 
-/// The flusher is kicked after this many bytes of writes: an eighth of the window, at least
-/// 64 KiB, at most 4 MiB.
+/// The flusher is kicked after this many bytes of writes, and writes back pieces of at most this
+/// size: a sixteenth of the window, at least 64 KiB, at most 2 MiB, a page multiple.
 fn kick_batch(window: u64) -> u64 {
-    (window / 8).clamp(64 << 10, 4 << 20)
+    (window / 16).clamp(64 << 10, 2 << 20) & !(PAGE - 1)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -967,9 +993,21 @@ mod tests {
     }
 
     #[test]
+    fn split_shares_the_charge() {
+        let r = Range { start: 0, end: 10 * PAGE, charged: 10 * PAGE - 1 };
+        let parts: Vec<Range> = r.split(4 * PAGE).collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!((parts[0].start, parts[0].end), (0, 4 * PAGE));
+        assert_eq!((parts[2].start, parts[2].end), (8 * PAGE, 10 * PAGE));
+        assert_eq!(parts.iter().map(|p| p.charged).sum::<u64>(), r.charged);
+        assert_eq!(Range::of_write(0, 1).split(4 * PAGE).count(), 1);
+    }
+
+    #[test]
     fn kick_batch_is_clamped() {
-        assert_eq!(kick_batch(32 << 20), 4 << 20);
-        assert_eq!(kick_batch(1 << 30), 4 << 20);
+        assert_eq!(kick_batch(32 << 20), 2 << 20);
+        assert_eq!(kick_batch(1 << 30), 2 << 20);
         assert_eq!(kick_batch(256 << 10), 64 << 10);
+        assert_eq!(kick_batch(3 << 20) % PAGE, 0);
     }
 }
