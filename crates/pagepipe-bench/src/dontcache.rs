@@ -7,7 +7,9 @@
 //! of /proc/meminfo above its value at the start (`peak_dirty_kib`), and the page cache the files
 //! hold afterwards (`cache_left_pct`, cachestat(2) or mincore(2)).
 
-use crate::common::{fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage};
+use crate::common::{
+    fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage,
+};
 use pagepipe::dontcache::{self, Mode, Writer};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -34,10 +36,18 @@ pub struct Args {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Workloads to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "seq,rand,multi,many,compete")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "seq,rand,multi,many,compete"
+    )]
     workloads: Vec<Workload>,
     /// Modes to compare, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "buffered,direct,kernel,auto,fallback")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "buffered,direct,kernel,auto,fallback"
+    )]
     modes: Vec<WMode>,
     /// pagepipe's per-writer window (bound on dirty data in flight), e.g. 32M.
     #[arg(long, default_value = "32M", value_parser = parse_size)]
@@ -122,7 +132,9 @@ fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 0),
     };
     let n: u64 = num.parse().map_err(|e| format!("bad size {s:?}: {e}"))?;
-    n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(|| format!("size {s:?} overflows"))
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("size {s:?} overflows"))
 }
 
 /// A 4 KiB-aligned buffer (O_DIRECT needs aligned memory), filled with non-zero bytes.
@@ -185,9 +197,16 @@ impl Sink {
         let file = opts.open(path)?;
         Ok(match mode {
             WMode::Buffered | WMode::Direct => Sink::Plain { file, flags: 0 },
-            WMode::Kernel => Sink::Plain { file, flags: RWF_DONTCACHE },
-            WMode::Auto => Sink::Pagepipe(Writer::with_mode(file, Mode::Auto)?.with_window(window as usize)),
-            WMode::Fallback => Sink::Pagepipe(Writer::with_mode(file, Mode::Fallback)?.with_window(window as usize)),
+            WMode::Kernel => Sink::Plain {
+                file,
+                flags: RWF_DONTCACHE,
+            },
+            WMode::Auto => {
+                Sink::Pagepipe(Writer::with_mode(file, Mode::Auto)?.with_window(window as usize))
+            }
+            WMode::Fallback => Sink::Pagepipe(
+                Writer::with_mode(file, Mode::Fallback)?.with_window(window as usize),
+            ),
         })
     }
 
@@ -196,18 +215,29 @@ impl Sink {
             Sink::Pagepipe(w) => w.write_all_at(buf, offset),
             Sink::Plain { file, flags: 0 } => file.write_all_at(buf, offset),
             Sink::Plain { file, flags } => {
-                let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+                let iov = libc::iovec {
+                    iov_base: buf.as_ptr() as *mut libc::c_void,
+                    iov_len: buf.len(),
+                };
                 // SAFETY: `iov` describes `buf`, live and readable for the call (pwritev2(2)).
-                let rc = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset as libc::off_t, *flags) };
+                let rc = unsafe {
+                    libc::pwritev2(file.as_raw_fd(), &iov, 1, offset as libc::off_t, *flags)
+                };
                 if rc < 0 {
                     let e = io::Error::last_os_error();
                     if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("RWF_DONTCACHE: {e}")));
+                        return Err(io::Error::new(
+                            io::ErrorKind::Unsupported,
+                            format!("RWF_DONTCACHE: {e}"),
+                        ));
                     }
                     return Err(e);
                 }
                 if (rc as usize) < buf.len() {
-                    return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write of {rc} bytes")));
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("short write of {rc} bytes"),
+                    ));
                 }
                 Ok(())
             }
@@ -245,7 +275,14 @@ struct Job<'a> {
 
 /// Writes `job.size` bytes to `job.path` in `job.block`-sized writes, then fsyncs or finishes.
 fn write_file(job: Job<'_>, buf: &AlignedBuf, start: &Barrier) -> io::Result<ThreadResult> {
-    let Job { mode, path, size, block, random, window } = job;
+    let Job {
+        mode,
+        path,
+        size,
+        block,
+        random,
+        window,
+    } = job;
     let sink = Sink::open(mode, path, window);
     start.wait(); // every thread passes the barrier, even one whose open failed
     let mut sink = sink?;
@@ -320,7 +357,13 @@ impl DirtySampler {
 }
 
 /// One run of one workload in one mode.
-fn run_once(args: &Args, dir: &Path, workload: Workload, mode: WMode, buf: &AlignedBuf) -> io::Result<Record> {
+fn run_once(
+    args: &Args,
+    dir: &Path,
+    workload: Workload,
+    mode: WMode,
+    buf: &AlignedBuf,
+) -> io::Result<Record> {
     let block = workload.block();
     // (mode, bytes) for each writer thread
     let jobs: Vec<(WMode, u64)> = match workload {
@@ -329,8 +372,13 @@ fn run_once(args: &Args, dir: &Path, workload: Workload, mode: WMode, buf: &Alig
         Workload::Many => vec![(mode, args.size / args.files as u64); args.files],
         Workload::Compete => vec![(mode, args.size / 2), (WMode::Buffered, args.size / 2)],
     };
-    let jobs: Vec<(WMode, u64)> = jobs.into_iter().map(|(m, b)| (m, b / block as u64 * block as u64)).collect();
-    let paths: Vec<PathBuf> = (0..jobs.len()).map(|i| dir.join(format!("{}-{}-{i}", workload.name(), mode.name()))).collect();
+    let jobs: Vec<(WMode, u64)> = jobs
+        .into_iter()
+        .map(|(m, b)| (m, b / block as u64 * block as u64))
+        .collect();
+    let paths: Vec<PathBuf> = (0..jobs.len())
+        .map(|i| dir.join(format!("{}-{}-{i}", workload.name(), mode.name())))
+        .collect();
     let barrier = Barrier::new(jobs.len() + 1);
     let usage0 = Usage::now();
     let sampler = DirtySampler::start();
@@ -340,15 +388,23 @@ fn run_once(args: &Args, dir: &Path, workload: Workload, mode: WMode, buf: &Alig
             .zip(&paths)
             .map(|(&(m, bytes), path)| {
                 let barrier = &barrier;
-                let job =
-                    Job { mode: m, path, size: bytes, block, random: workload == Workload::Rand, window: args.window };
+                let job = Job {
+                    mode: m,
+                    path,
+                    size: bytes,
+                    block,
+                    random: workload == Workload::Rand,
+                    window: args.window,
+                };
                 s.spawn(move || write_file(job, buf, barrier))
             })
             .collect();
         barrier.wait();
         let t0 = Instant::now();
-        let results: Vec<io::Result<ThreadResult>> =
-            handles.into_iter().map(|h| h.join().expect("writer thread panicked")).collect();
+        let results: Vec<io::Result<ThreadResult>> = handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread panicked"))
+            .collect();
         (results, t0.elapsed())
     });
     let peak_dirty_kib = sampler.finish();
@@ -358,20 +414,31 @@ fn run_once(args: &Args, dir: &Path, workload: Workload, mode: WMode, buf: &Alig
     let results: Vec<ThreadResult> = results.into_iter().collect::<io::Result<_>>()?;
     let (cached, size) = cache_left?;
     // The mode under test: every thread except the competing buffered writer.
-    let tested = if workload == Workload::Compete { &results[..1] } else { &results[..] };
+    let tested = if workload == Workload::Compete {
+        &results[..1]
+    } else {
+        &results[..]
+    };
     let mut hist = Histogram::default();
     for r in tested {
         hist.merge(&r.hist);
     }
     let bytes: u64 = tested.iter().map(|r| r.bytes).sum();
-    let thread_mbps: Vec<f64> = results.iter().map(|r| r.bytes as f64 / 1e6 / r.elapsed.as_secs_f64()).collect();
+    let thread_mbps: Vec<f64> = results
+        .iter()
+        .map(|r| r.bytes as f64 / 1e6 / r.elapsed.as_secs_f64())
+        .collect();
     let mut rec = Record::new("dontcache", mode.name())
         .config("workload", workload.name())
         .config("threads", jobs.len())
         .config("block_bytes", block)
         .config("size_bytes", args.size)
         .config("window_bytes", args.window);
-    let mbps = if workload == Workload::Compete { thread_mbps[0] } else { bytes as f64 / 1e6 / wall.as_secs_f64() };
+    let mbps = if workload == Workload::Compete {
+        thread_mbps[0]
+    } else {
+        bytes as f64 / 1e6 / wall.as_secs_f64()
+    };
     rec.metric("mbps", mbps);
     if workload == Workload::Compete {
         rec.metric("competitor_mbps", thread_mbps[1]);
@@ -388,12 +455,28 @@ fn run_once(args: &Args, dir: &Path, workload: Workload, mode: WMode, buf: &Alig
     rec.metric("lat_p999_ns", hist.quantile_ns(0.999));
     rec.metric("lat_max_ns", hist.max_ns());
     rec.metric("peak_dirty_kib", peak_dirty_kib as f64);
-    rec.metric("cache_left_pct", if size > 0 { 100.0 * cached as f64 / size as f64 } else { 0.0 });
+    rec.metric(
+        "cache_left_pct",
+        if size > 0 {
+            100.0 * cached as f64 / size as f64
+        } else {
+            0.0
+        },
+    );
     rec.metric("cpu_s", cpu_s);
     rec.metric("writer_cpu_s", tested.iter().map(|r| r.cpu_s).sum());
     if let Some(first) = tested.iter().find_map(|r| r.stats) {
-        let peak = tested.iter().filter_map(|r| r.stats).map(|s| s.peak_dirty_bytes).max().unwrap_or(0);
-        let waits: u64 = tested.iter().filter_map(|r| r.stats).map(|s| s.writeback_waits).sum();
+        let peak = tested
+            .iter()
+            .filter_map(|r| r.stats)
+            .map(|s| s.peak_dirty_bytes)
+            .max()
+            .unwrap_or(0);
+        let waits: u64 = tested
+            .iter()
+            .filter_map(|r| r.stats)
+            .map(|s| s.writeback_waits)
+            .sum();
         rec.metric("writer_peak_dirty_kib", (peak / 1024) as f64);
         rec.metric("writeback_waits", waits as f64);
         rec = rec.config("resolved_mode", format!("{:?}", first.mode));
@@ -438,7 +521,9 @@ impl Drop for BenchDir {
 }
 
 fn is_ext4(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
     // SAFETY: statfs is plain data; zeroed is a valid value for statfs(2) to overwrite.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `st` a writable statfs (statfs(2)).
@@ -451,10 +536,14 @@ fn bench_dir(arg: Option<&Path>) -> io::Result<BenchDir> {
         Some(d) => d.to_path_buf(),
         None => {
             let tmp = std::env::temp_dir();
-            [tmp.clone(), PathBuf::from("/var/tmp"), PathBuf::from("/work")]
-                .into_iter()
-                .find(|d| is_ext4(d))
-                .unwrap_or(tmp)
+            [
+                tmp.clone(),
+                PathBuf::from("/var/tmp"),
+                PathBuf::from("/work"),
+            ]
+            .into_iter()
+            .find(|d| is_ext4(d))
+            .unwrap_or(tmp)
         }
     };
     let dir = parent.join(format!("pagepipe-dontcache-{}", std::process::id()));
@@ -464,7 +553,10 @@ fn bench_dir(arg: Option<&Path>) -> io::Result<BenchDir> {
 
 pub fn run(args: &Args, json: bool) -> io::Result<()> {
     if args.runs == 0 || args.writers == 0 || args.files == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "--runs, --writers and --files must be at least 1"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--runs, --writers and --files must be at least 1",
+        ));
     }
     let dir = bench_dir(args.dir.as_deref())?;
     let _hog = MemoryHog::start(args.memory_pressure)?;
@@ -482,7 +574,8 @@ pub fn run(args: &Args, json: bool) -> io::Result<()> {
     let total = (args.runs * args.workloads.len() * args.modes.len()) as u64;
     let bar = progress(total, "dontcache", json);
     // results[w][m] = one record per run
-    let mut results: Vec<Vec<Vec<Record>>> = vec![vec![Vec::new(); args.modes.len()]; args.workloads.len()];
+    let mut results: Vec<Vec<Vec<Record>>> =
+        vec![vec![Vec::new(); args.modes.len()]; args.workloads.len()];
     let mut skipped: Vec<(WMode, String)> = Vec::new();
     for _ in 0..args.runs {
         for (wi, &w) in args.workloads.iter().enumerate() {
@@ -494,10 +587,20 @@ pub fn run(args: &Args, json: bool) -> io::Result<()> {
                 bar.set_message(format!("{} {}", w.name(), m.name()));
                 match run_once(args, &dir.0, w, m, &buf) {
                     Ok(rec) => results[wi][mi].push(rec),
-                    Err(e) if matches!(e.kind(), io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput) => {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput
+                        ) =>
+                    {
                         skipped.push((m, e.to_string()))
                     }
-                    Err(e) => return Err(io::Error::new(e.kind(), format!("{} {}: {e}", w.name(), m.name()))),
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{} {}: {e}", w.name(), m.name()),
+                        ))
+                    }
                 }
                 bar.inc(1);
             }
@@ -520,7 +623,11 @@ fn median(runs: &[Record], key: &str) -> Option<f64> {
 fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
     let mut rows = Vec::new();
     for (wi, w) in args.workloads.iter().enumerate() {
-        let base = args.modes.iter().position(|m| *m == WMode::Buffered).map(|bi| &results[wi][bi]);
+        let base = args
+            .modes
+            .iter()
+            .position(|m| *m == WMode::Buffered)
+            .map(|bi| &results[wi][bi]);
         let base_mbps = base.filter(|b| !b.is_empty()).map(|b| mbps_summary(b));
         let base_p999 = base.and_then(|b| median(b, "lat_p999_ns"));
         for (mi, m) in args.modes.iter().enumerate() {
@@ -544,7 +651,11 @@ fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
             if let Some(b) = &base_mbps {
                 let ratio = mbps.median / b.median;
                 rec.metric("mbps_vs_buffered", ratio);
-                let noise = if mbps.distinct_from(b) { "" } else { " (noise)" };
+                let noise = if mbps.distinct_from(b) {
+                    ""
+                } else {
+                    " (noise)"
+                };
                 vs = format!("{ratio:.2}x{noise}");
             }
             let p999 = rec.get("lat_p999_ns").unwrap_or(0.0);
@@ -566,8 +677,10 @@ fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
                 us("lat_p999_ns"),
                 format!("{:.0}", rec.get("peak_dirty_kib").unwrap_or(0.0) / 1024.0),
                 format!("{:.1}", rec.get("cache_left_pct").unwrap_or(0.0)),
-                rec.get("fairness").map_or("-".into(), |f| format!("{f:.2}")),
-                rec.get("competitor_mbps").map_or("-".into(), |c| format!("{c:.0}")),
+                rec.get("fairness")
+                    .map_or("-".into(), |f| format!("{f:.2}")),
+                rec.get("competitor_mbps")
+                    .map_or("-".into(), |c| format!("{c:.0}")),
             ]);
         }
     }

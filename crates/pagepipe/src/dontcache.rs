@@ -44,6 +44,7 @@ use crate::sys::{self, RangeSync};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -101,11 +102,17 @@ pub struct Stats {
 
 /// True for the answers that mean "this kernel or file does not do `RWF_DONTCACHE`".
 fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+    )
 }
 
 fn unsupported(e: io::Error) -> io::Error {
-    io::Error::new(io::ErrorKind::Unsupported, format!("RWF_DONTCACHE is not supported on this file: {e}"))
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("RWF_DONTCACHE is not supported on this file: {e}"),
+    )
 }
 
 /// Locks a mutex, taking over the data of one whose holder panicked: every critical section in
@@ -117,7 +124,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn check_regular(file: &File) -> io::Result<()> {
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("dontcache needs a regular file, not {kind:?}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("dontcache needs a regular file, not {kind:?}"),
+        ));
     }
     Ok(())
 }
@@ -143,17 +153,24 @@ impl Range {
         debug_assert!(len > 0);
         let start = offset & !(PAGE - 1);
         let end = (offset + len).div_ceil(PAGE) * PAGE;
-        Range { start, end, charged: len }
+        Range {
+            start,
+            end,
+            charged: len,
+        }
     }
 
     fn len(&self) -> u64 {
         self.end - self.start
     }
 
-    /// Cuts the range into pieces of at most `piece` bytes (a page multiple), sharing `charged`
-    /// in proportion (the last piece takes the rounding remainder).
+    /// Cuts the range at the multiples of `piece` (a power of two, at least a page), sharing
+    /// `charged` in proportion (the last piece takes the rounding remainder). Cutting at aligned
+    /// offsets matters: the page cache keeps large folios (up to 2 MiB on x86-64) naturally
+    /// aligned, and `POSIX_FADV_DONTNEED` skips a folio that sticks out of its range, so cuts at
+    /// unaligned offsets would leave the folios straddling them cached.
     fn split(self, piece: u64) -> impl Iterator<Item = Range> {
-        debug_assert!(piece > 0 && piece % PAGE == 0);
+        debug_assert!(piece.is_power_of_two() && piece >= PAGE);
         let len = self.len();
         let mut start = self.start;
         let mut left = self.charged;
@@ -161,10 +178,18 @@ impl Range {
             if start >= self.end {
                 return None;
             }
-            let end = (start + piece).min(self.end);
-            let charged = if end == self.end { left } else { (self.charged as u128 * (end - start) as u128 / len as u128) as u64 };
+            let end = ((start / piece + 1) * piece).min(self.end);
+            let charged = if end == self.end {
+                left
+            } else {
+                (self.charged as u128 * (end - start) as u128 / len as u128) as u64
+            };
             left -= charged;
-            let r = Range { start, end, charged };
+            let r = Range {
+                start,
+                end,
+                charged,
+            };
             start = end;
             Some(r)
         })
@@ -207,6 +232,22 @@ struct Pending {
 struct Inflight {
     ranges: VecDeque<Range>,
     bytes: u64,
+    /// Set (under this lock) by the writer before it closes its file: from then on `Shared::fd`
+    /// must not be used.
+    closed: bool,
+}
+
+/// A writer's fd as the flusher uses it: valid only while the `inflight` guard from which
+/// [`Shared::live_fd`] made it is held (the writer closes its file only after setting
+/// `Inflight::closed` under that lock). Only a number: a misuse would hit `EBADF` or another
+/// file, never memory.
+#[derive(Clone, Copy)]
+struct LiveFd(RawFd);
+
+impl AsRawFd for LiveFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
 }
 
 /// A sticky error: the first writeback or sync failure of a writer.
@@ -217,7 +258,10 @@ struct StoredError {
 
 /// What a fallback writer shares with the flusher thread.
 struct Shared {
-    file: File,
+    /// The writer's file descriptor. The writer owns the `File` and closes it in its own thread
+    /// (so a filesystem can be unmounted once the writer is gone); the flusher may use this
+    /// number only while holding `inflight` and seeing `closed == false` (see [`Shared::fd`]).
+    fd: RawFd,
     /// The writer's window in bytes (Relaxed: a tuning value; stale reads are harmless).
     window: AtomicU64,
     pending: Mutex<Pending>,
@@ -237,9 +281,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(file: File) -> Shared {
+    fn new(fd: RawFd) -> Shared {
         Shared {
-            file,
+            fd,
             window: AtomicU64::new(DEFAULT_WINDOW as u64),
             pending: Mutex::new(Pending::default()),
             inflight: Mutex::new(Inflight::default()),
@@ -251,11 +295,20 @@ impl Shared {
         }
     }
 
+    /// The writer's fd for use while the caller holds the `inflight` guard it passes; `None`
+    /// once the writer has closed (or is closing) its file.
+    fn live_fd(&self, inflight: &Inflight) -> Option<LiveFd> {
+        (!inflight.closed).then_some(LiveFd(self.fd))
+    }
+
     /// Keeps the first error; later ones add nothing (the first is the cause).
     fn set_error(&self, e: &io::Error, what: String) {
         let mut slot = lock(&self.error);
         if slot.is_none() {
-            *slot = Some(StoredError { kind: e.kind(), message: format!("{what}: {e}") });
+            *slot = Some(StoredError {
+                kind: e.kind(),
+                message: format!("{what}: {e}"),
+            });
         }
         drop(slot);
         // Release: pairs with the Acquire load in check_error, which then finds `error` set.
@@ -281,7 +334,11 @@ impl Shared {
         // Relaxed: a counter; the window wait (wait_for_window) orders its own loads.
         let dirty = self.dirty.fetch_add(len, Ordering::Relaxed) + len;
         let mut p = lock(&self.pending);
-        if !p.ranges.last_mut().is_some_and(|last| last.try_merge(&range)) {
+        if !p
+            .ranges
+            .last_mut()
+            .is_some_and(|last| last.try_merge(&range))
+        {
             p.ranges.push(range);
         }
         p.unkicked += len;
@@ -301,13 +358,19 @@ impl Shared {
         let ranges = std::mem::take(&mut p.ranges);
         drop(p);
         let piece = kick_batch(self.window.load(Ordering::Relaxed));
-        coalesce(ranges).into_iter().flat_map(|r| r.split(piece)).collect()
+        coalesce(ranges)
+            .into_iter()
+            .flat_map(|r| r.split(piece))
+            .collect()
     }
 
     /// Starts writeback of `r` and queues it.
-    fn submit(&self, inflight: &mut Inflight, r: Range) {
-        if let Err(e) = sys::sync_file_range(&self.file, r.start, r.len(), RangeSync::Start) {
-            self.set_error(&e, format!("starting writeback of bytes {}..{}", r.start, r.end));
+    fn submit(&self, fd: LiveFd, inflight: &mut Inflight, r: Range) {
+        if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
+            self.set_error(
+                &e,
+                format!("starting writeback of bytes {}..{}", r.start, r.end),
+            );
         }
         inflight.bytes += r.len();
         inflight.ranges.push_back(r);
@@ -315,22 +378,24 @@ impl Shared {
 
     /// Waits for the writeback of the oldest queued range, drops it from the cache, and tells a
     /// waiting writer.
-    fn complete_oldest(&self, inflight: &mut Inflight) -> bool {
-        let Some(r) = inflight.ranges.pop_front() else { return false };
+    fn complete_oldest(&self, fd: LiveFd, inflight: &mut Inflight) -> bool {
+        let Some(r) = inflight.ranges.pop_front() else {
+            return false;
+        };
         inflight.bytes -= r.len();
-        if let Err(e) = sys::sync_file_range(&self.file, r.start, r.len(), RangeSync::Wait) {
+        if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
             self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
         }
-        self.drop_range(r);
+        self.drop_range(fd, r);
         true
     }
 
     /// Drops a written-back range from the cache and from the dirty count; wakes the writer if it
     /// waits for room in its window.
-    fn drop_range(&self, r: Range) {
+    fn drop_range(&self, fd: LiveFd, r: Range) {
         // Fails only for a bad fd or a non-regular file, both excluded when the writer was made;
         // a failure would leave pages cached, never lose data.
-        let _ = sys::fadvise_dontneed(&self.file, r.start, r.len());
+        let _ = sys::fadvise_dontneed(&fd, r.start, r.len());
         // SeqCst: with the SeqCst store of `waiting` and load of `dirty` in wait_for_window, and
         // the SeqCst load of `waiting` below, this is a store-load (Dekker) handshake: either the
         // writer sees the new count or we see it waiting.
@@ -351,42 +416,42 @@ impl Shared {
         let Ok(mut inflight) = self.inflight.try_lock() else {
             return false; // sync or drop is draining this writer itself
         };
+        let Some(fd) = self.live_fd(&inflight) else {
+            return false; // the writer is gone
+        };
         let fresh = self.take_pending();
         let got_fresh = !fresh.is_empty();
         for r in fresh {
-            self.submit(&mut inflight, r);
+            self.submit(fd, &mut inflight, r);
         }
         let half = self.window.load(Ordering::Relaxed) / 2;
         let target = if got_fresh { half } else { 0 };
         let mut completed = 0;
         while inflight.bytes > target && completed < half.max(1) {
             completed += inflight.ranges.front().map_or(0, Range::len);
-            self.complete_oldest(&mut inflight);
+            self.complete_oldest(fd, &mut inflight);
         }
         got_fresh || completed > 0
     }
 
     /// Writes out and drops everything this writer dirtied, on the caller's thread. With
     /// `fdatasync`, also waits for the file's data and size to be durable.
-    fn drain(&self, fdatasync: bool) -> io::Result<()> {
+    fn drain(&self, file: &File, fdatasync: bool) -> io::Result<()> {
         let mut inflight = lock(&self.inflight);
+        let fd = LiveFd(file.as_raw_fd());
         for r in self.take_pending() {
             inflight.bytes += r.len();
             inflight.ranges.push_back(r);
         }
-        let synced = if fdatasync {
-            self.file.sync_data()
-        } else {
-            Ok(())
-        };
+        let synced = if fdatasync { file.sync_data() } else { Ok(()) };
         while let Some(r) = inflight.ranges.pop_front() {
             inflight.bytes -= r.len();
             if !fdatasync {
-                if let Err(e) = sys::sync_file_range(&self.file, r.start, r.len(), RangeSync::Wait) {
+                if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
                     self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
                 }
             }
-            self.drop_range(r);
+            self.drop_range(fd, r);
         }
         if let Err(e) = &synced {
             self.set_error(e, "fdatasync".to_string());
@@ -396,9 +461,11 @@ impl Shared {
 }
 
 /// The flusher is kicked after this many bytes of writes, and writes back pieces of at most this
-/// size: a sixteenth of the window, at least 64 KiB, at most 2 MiB, a page multiple.
+/// size: a sixteenth of the window rounded down to a power of two, at least 64 KiB, at most
+/// 2 MiB.
 fn kick_batch(window: u64) -> u64 {
-    (window / 16).clamp(64 << 10, 2 << 20) & !(PAGE - 1)
+    let b = (window / 16).clamp(64 << 10, 2 << 20);
+    1 << (63 - b.leading_zeros())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -414,7 +481,10 @@ struct Flusher {
     writers: Mutex<Vec<Weak<Shared>>>,
 }
 
-static FLUSHER: Flusher = Flusher { kick: AtomicU32::new(0), writers: Mutex::new(Vec::new()) };
+static FLUSHER: Flusher = Flusher {
+    kick: AtomicU32::new(0),
+    writers: Mutex::new(Vec::new()),
+};
 
 /// Starts the flusher thread once; every later call returns the first outcome.
 fn start_flusher() -> io::Result<()> {
@@ -497,6 +567,9 @@ impl Flusher {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Writer {
+    /// Owned here, not in `Shared`, so that it is closed in the writer's thread when the writer
+    /// goes (see `Inflight::closed`).
+    file: File,
     shared: Arc<Shared>,
     /// Auto until the first non-empty write, then Kernel or Fallback.
     mode: Mode,
@@ -513,7 +586,11 @@ pub struct Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("mode", &self.mode).field("pos", &self.pos).field("stats", &self.stats()).finish()
+        f.debug_struct("Writer")
+            .field("mode", &self.mode)
+            .field("pos", &self.pos)
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -536,7 +613,8 @@ impl Writer {
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
         check_regular(&file)?;
         let mut w = Writer {
-            shared: Arc::new(Shared::new(file)),
+            shared: Arc::new(Shared::new(file.as_raw_fd())),
+            file,
             mode,
             pos: 0,
             bytes_written: 0,
@@ -573,7 +651,7 @@ impl Writer {
 
     /// The file being written.
     pub fn file(&self) -> &File {
-        &self.shared.file
+        &self.file
     }
 
     /// What the writer did so far.
@@ -622,7 +700,12 @@ impl Writer {
     pub fn write_all_at(&mut self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
             match self.write_at(buf, offset) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "dontcache write made no progress")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "dontcache write made no progress",
+                    ))
+                }
                 Ok(n) => {
                     buf = &buf[n..];
                     offset += n as u64;
@@ -636,7 +719,7 @@ impl Writer {
 
     /// The first non-empty write in Auto mode: try the flag, settle the mode.
     fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        match sys::pwritev2(&self.shared.file, buf, offset, sys::RWF_DONTCACHE) {
+        match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
             Ok(n) => {
                 self.mode = Mode::Kernel;
                 self.after_kernel_write(n);
@@ -652,7 +735,7 @@ impl Writer {
     }
 
     fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = match sys::pwritev2(&self.shared.file, buf, offset, sys::RWF_DONTCACHE) {
+        let n = match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
             Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
@@ -669,13 +752,13 @@ impl Writer {
             return;
         }
         self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
-        if let Ok(cs) = sys::cachestat(&self.shared.file, 0, 0) {
+        if let Ok(cs) = sys::cachestat(&self.file, 0, 0) {
             self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
         }
     }
 
     fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = self.shared.file.write_at(buf, offset)?;
+        let n = self.file.write_at(buf, offset)?;
         if n == 0 {
             return Ok(0);
         }
@@ -720,8 +803,8 @@ impl Writer {
     pub fn sync(&mut self) -> io::Result<()> {
         self.shared.check_error()?;
         if self.mode == Mode::Fallback {
-            self.shared.drain(true)?;
-        } else if let Err(e) = self.shared.file.sync_data() {
+            self.shared.drain(&self.file, true)?;
+        } else if let Err(e) = self.file.sync_data() {
             self.shared.set_error(&e, "fdatasync".to_string());
             return Err(e);
         }
@@ -764,10 +847,13 @@ impl Seek for Writer {
         let (base, delta) = match pos {
             SeekFrom::Start(n) => (n, 0),
             SeekFrom::Current(d) => (self.pos, d),
-            SeekFrom::End(d) => (self.shared.file.metadata()?.len(), d),
+            SeekFrom::End(d) => (self.file.metadata()?.len(), d),
         };
         let new = base.checked_add_signed(delta).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("seek to {base} + {delta} is out of range"))
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {base} + {delta} is out of range"),
+            )
         })?;
         self.pos = new;
         Ok(new)
@@ -779,8 +865,10 @@ impl Drop for Writer {
     /// dropping a [`File`] is); call [`Writer::finish`] to see them.
     fn drop(&mut self) {
         if !self.finished && self.mode == Mode::Fallback {
-            let _ = self.shared.drain(false);
+            let _ = self.shared.drain(&self.file, false);
         }
+        // From here on the flusher leaves the fd alone; the File closes when this returns.
+        lock(&self.shared.inflight).closed = true;
     }
 }
 
@@ -848,8 +936,15 @@ impl Reader {
         }
         match self.mode {
             Mode::Fallback => self.read_fallback(buf, offset),
-            Mode::Kernel => sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE)
-                .map_err(|e| if e.raw_os_error() == Some(libc::EOPNOTSUPP) { unsupported(e) } else { e }),
+            Mode::Kernel => {
+                sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE).map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                        unsupported(e)
+                    } else {
+                        e
+                    }
+                })
+            }
             Mode::Auto => match sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
                 Ok(n) => {
                     self.mode = Mode::Kernel;
@@ -891,7 +986,10 @@ impl Seek for Reader {
             SeekFrom::End(d) => (self.file.metadata()?.len(), d),
         };
         let new = base.checked_add_signed(delta).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("seek to {base} + {delta} is out of range"))
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {base} + {delta} is out of range"),
+            )
         })?;
         self.pos = new;
         Ok(new)
@@ -929,7 +1027,11 @@ pub fn cached_bytes(file: &File) -> io::Result<u64> {
 /// As [`cached_bytes`].
 pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u64> {
     let start = range.start & !(PAGE - 1);
-    let len = if range.end == u64::MAX { 0 } else { range.end.saturating_sub(start) };
+    let len = if range.end == u64::MAX {
+        0
+    } else {
+        range.end.saturating_sub(start)
+    };
     match sys::cachestat(file, start, len) {
         Ok(cs) => Ok(cs.nr_cache * PAGE),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
@@ -965,23 +1067,38 @@ mod tests {
         assert!(a.try_merge(&Range::of_write(4096, 10)));
         assert_eq!((a.start, a.end, a.charged), (0, 8192, 4106));
         assert!(!a.try_merge(&Range::of_write(3 * 4096, 1)));
-        let merged = coalesce(vec![Range::of_write(8192, 4096), Range::of_write(0, 4096), Range::of_write(1 << 20, 1)]);
+        let merged = coalesce(vec![
+            Range::of_write(8192, 4096),
+            Range::of_write(0, 4096),
+            Range::of_write(1 << 20, 1),
+        ]);
         assert_eq!(merged.len(), 3);
-        assert_eq!((merged[0].start, merged[0].end, merged[0].charged), (0, 4096, 4096));
+        assert_eq!(
+            (merged[0].start, merged[0].end, merged[0].charged),
+            (0, 4096, 4096)
+        );
         assert_eq!(merged[1].start, 8192);
         assert_eq!(merged[2].start, 1 << 20);
         let merged = coalesce(vec![Range::of_write(4096, 4096), Range::of_write(0, 4096)]);
-        assert_eq!((merged[0].start, merged[0].end, merged[0].charged), (0, 8192, 8192));
+        assert_eq!(
+            (merged[0].start, merged[0].end, merged[0].charged),
+            (0, 8192, 8192)
+        );
     }
 
     #[test]
     fn a_writeback_error_is_kept_and_reported_everywhere() {
-        let path = std::env::temp_dir().join(format!("pagepipe-dontcache-sticky-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("pagepipe-dontcache-sticky-{}", std::process::id()));
         let mut w = Writer::with_mode(File::create(&path).unwrap(), Mode::Fallback).unwrap();
         w.write_all(b"before").unwrap();
         let eio = io::Error::from_raw_os_error(libc::EIO);
-        w.shared.set_error(&eio, "writeback of bytes 0..4096".to_string());
-        w.shared.set_error(&io::Error::from_raw_os_error(libc::ENOSPC), "later".to_string());
+        w.shared
+            .set_error(&eio, "writeback of bytes 0..4096".to_string());
+        w.shared.set_error(
+            &io::Error::from_raw_os_error(libc::ENOSPC),
+            "later".to_string(),
+        );
         let e = w.write(b"after").unwrap_err();
         assert_eq!(e.raw_os_error(), None);
         assert!(e.to_string().contains("writeback of bytes 0..4096"), "{e}");
@@ -994,10 +1111,15 @@ mod tests {
 
     #[test]
     fn split_shares_the_charge() {
-        let r = Range { start: 0, end: 10 * PAGE, charged: 10 * PAGE - 1 };
+        let r = Range {
+            start: PAGE,
+            end: 10 * PAGE,
+            charged: 9 * PAGE - 1,
+        };
         let parts: Vec<Range> = r.split(4 * PAGE).collect();
         assert_eq!(parts.len(), 3);
-        assert_eq!((parts[0].start, parts[0].end), (0, 4 * PAGE));
+        assert_eq!((parts[0].start, parts[0].end), (PAGE, 4 * PAGE));
+        assert_eq!((parts[1].start, parts[1].end), (4 * PAGE, 8 * PAGE));
         assert_eq!((parts[2].start, parts[2].end), (8 * PAGE, 10 * PAGE));
         assert_eq!(parts.iter().map(|p| p.charged).sum::<u64>(), r.charged);
         assert_eq!(Range::of_write(0, 1).split(4 * PAGE).count(), 1);
@@ -1008,6 +1130,6 @@ mod tests {
         assert_eq!(kick_batch(32 << 20), 2 << 20);
         assert_eq!(kick_batch(1 << 30), 2 << 20);
         assert_eq!(kick_batch(256 << 10), 64 << 10);
-        assert_eq!(kick_batch(3 << 20) % PAGE, 0);
+        assert_eq!(kick_batch(3 << 20), 128 << 10);
     }
 }

@@ -13,7 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 fn temp_path(what: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("pagepipe-dontcache-{what}-{}-{n}", std::process::id()))
+    std::env::temp_dir().join(format!(
+        "pagepipe-dontcache-{what}-{}-{n}",
+        std::process::id()
+    ))
 }
 
 /// Removes a file on drop.
@@ -26,7 +29,13 @@ impl Drop for TempFile {
 }
 
 fn rw_file(path: &Path) -> File {
-    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap()
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap()
 }
 
 /// Whether the temp dir's filesystem takes RWF_DONTCACHE (Kernel mode is tested only there).
@@ -37,7 +46,10 @@ fn kernel_mode_supported() -> bool {
         Ok(()) => true,
         Err(e) => {
             assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
-            eprintln!("note: RWF_DONTCACHE is unsupported on {}: Kernel mode not tested", std::env::temp_dir().display());
+            eprintln!(
+                "note: RWF_DONTCACHE is unsupported on {}: Kernel mode not tested",
+                std::env::temp_dir().display()
+            );
             false
         }
     }
@@ -66,7 +78,9 @@ fn read_back(path: &Path, mode: Mode) -> Vec<u8> {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 proptest! {
@@ -120,8 +134,38 @@ fn sequential_writes_leave_no_page_cache() {
         assert_eq!(stats.bytes_written, TOTAL as u64);
         let file = File::open(&t.0).unwrap();
         let cached = dontcache::cached_bytes(&file).unwrap();
-        assert!(cached <= TOTAL as u64 / 100, "{mode:?} ({:?}) left {cached} of {TOTAL} bytes cached", stats.mode);
-        assert_eq!(fnv1a(&read_back(&t.0, Mode::Auto)), fnv1a(&vec![0x5au8; TOTAL]));
+        assert!(
+            cached <= TOTAL as u64 / 100,
+            "{mode:?} ({:?}) left {cached} of {TOTAL} bytes cached",
+            stats.mode
+        );
+        assert_eq!(
+            fnv1a(&read_back(&t.0, Mode::Auto)),
+            fnv1a(&vec![0x5au8; TOTAL])
+        );
+    }
+}
+
+#[test]
+fn reads_leave_little_page_cache() {
+    const TOTAL: usize = 8 << 20;
+    let t = TempFile(temp_path("read"));
+    std::fs::write(&t.0, vec![6u8; TOTAL]).unwrap();
+    let file = File::open(&t.0).unwrap();
+    file.sync_all().unwrap();
+    let mut read_modes = vec![Mode::Fallback, Mode::Auto];
+    if kernel_mode_supported() {
+        read_modes.push(Mode::Kernel);
+    }
+    for mode in read_modes {
+        dontcache::drop_cache(&file).unwrap();
+        assert_eq!(read_back(&t.0, mode), vec![6u8; TOTAL]);
+        // What the kernel read ahead past the last read may stay: at most a readahead window.
+        let cached = dontcache::cached_bytes(&file).unwrap();
+        assert!(
+            cached <= 1 << 20,
+            "{mode:?} read left {cached} of {TOTAL} bytes cached"
+        );
     }
 }
 
@@ -130,29 +174,49 @@ fn fallback_drops_only_what_it_wrote() {
     let t = TempFile(temp_path("own"));
     // The first MiB is cached by an ordinary buffered write before the writer starts.
     std::fs::write(&t.0, vec![1u8; 1 << 20]).unwrap();
-    let file = OpenOptions::new().read(true).write(true).open(&t.0).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&t.0)
+        .unwrap();
     file.sync_all().unwrap();
     let before = dontcache::cached_bytes_in(&file, 0..1 << 20).unwrap();
     let mut w = Writer::with_mode(file.try_clone().unwrap(), Mode::Fallback).unwrap();
     w.write_all_at(&vec![2u8; 4 << 20], 1 << 20).unwrap();
     w.finish().unwrap();
-    assert_eq!(dontcache::cached_bytes_in(&file, 0..1 << 20).unwrap(), before, "pages cached before were dropped");
-    assert!(dontcache::cached_bytes_in(&file, 1 << 20..5 << 20).unwrap() <= 64 << 10);
+    assert_eq!(
+        dontcache::cached_bytes_in(&file, 0..1 << 20).unwrap(),
+        before,
+        "pages cached before were dropped"
+    );
+    let left = dontcache::cached_bytes_in(&file, 1 << 20..5 << 20).unwrap();
+    assert!(
+        left <= 64 << 10,
+        "{left} bytes of the 4 MiB written stayed cached"
+    );
 }
 
 #[test]
 fn fallback_window_bounds_dirty_data() {
     let t = TempFile(temp_path("window"));
     let window = 1 << 20;
-    let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback).unwrap().with_window(window);
+    let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+        .unwrap()
+        .with_window(window);
     assert_eq!(w.window(), window);
     let block = vec![9u8; 64 << 10];
     for _ in 0..(16 << 20) / block.len() {
         w.write_all(&block).unwrap();
     }
     let stats = w.finish().unwrap();
-    assert!(stats.peak_dirty_bytes <= (window + block.len()) as u64, "{stats:?}");
-    assert!(stats.writeback_waits > 0, "16 MiB through a 1 MiB window never waited: {stats:?}");
+    assert!(
+        stats.peak_dirty_bytes <= (window + block.len()) as u64,
+        "{stats:?}"
+    );
+    assert!(
+        stats.writeback_waits > 0,
+        "16 MiB through a 1 MiB window never waited: {stats:?}"
+    );
 }
 
 #[test]
@@ -161,7 +225,9 @@ fn two_writers_share_the_flusher() {
         .map(|k| {
             std::thread::spawn(move || {
                 let t = TempFile(temp_path("pair"));
-                let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback).unwrap().with_window(2 << 20);
+                let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+                    .unwrap()
+                    .with_window(2 << 20);
                 for i in 0..64u8 {
                     w.write_all(&vec![i ^ k; 128 << 10]).unwrap();
                 }
@@ -217,7 +283,10 @@ impl SmallFs {
     fn tmpfs() -> Result<SmallFs, String> {
         let dir = temp_path("tmpfs-mnt");
         std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&dir).output();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&dir)
+            .output();
         SmallFs::mounted(dir, None, out)
     }
 
@@ -226,12 +295,18 @@ impl SmallFs {
         let image = temp_path("ext4-img");
         let f = File::create(&image).map_err(|e| e.to_string())?;
         f.set_len(16 << 20).map_err(|e| e.to_string())?;
-        let mkfs = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image).output();
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .output();
         match mkfs {
             Ok(o) if o.status.success() => {}
             Ok(o) => {
                 let _ = std::fs::remove_file(&image);
-                return Err(format!("mkfs.ext4 failed: {}", String::from_utf8_lossy(&o.stderr)));
+                return Err(format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&image);
@@ -240,16 +315,27 @@ impl SmallFs {
         }
         let dir = temp_path("ext4-mnt");
         std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&dir).output();
+        let out = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&dir)
+            .output();
         SmallFs::mounted(dir, Some(image), out)
     }
 
-    fn mounted(dir: PathBuf, image: Option<PathBuf>, out: io::Result<std::process::Output>) -> Result<SmallFs, String> {
+    fn mounted(
+        dir: PathBuf,
+        image: Option<PathBuf>,
+        out: io::Result<std::process::Output>,
+    ) -> Result<SmallFs, String> {
         let fs = SmallFs { dir, image };
         match out {
             Ok(o) if o.status.success() => Ok(fs),
             Ok(o) => {
-                let why = format!("mount failed: {}", String::from_utf8_lossy(&o.stderr).trim());
+                let why = format!(
+                    "mount failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
                 fs.cleanup(false);
                 Err(why)
             }
@@ -262,7 +348,20 @@ impl SmallFs {
 
     fn cleanup(&self, mounted: bool) {
         if mounted {
-            let _ = Command::new("umount").arg(&self.dir).status();
+            // Retry briefly, then detach lazily: a mount must never outlive the test.
+            let unmounted = (0..20).any(|_| {
+                let ok = Command::new("umount")
+                    .arg(&self.dir)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                ok
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
         }
         let _ = std::fs::remove_dir(&self.dir);
         if let Some(image) = &self.image {
@@ -281,7 +380,9 @@ impl Drop for SmallFs {
 /// StorageFull, from a write, sync or finish, never vanish.
 fn expect_enospc(dir: &Path, mode: Mode) {
     let path = dir.join(format!("fill-{mode:?}"));
-    let mut w = Writer::with_mode(rw_file(&path), mode).unwrap().with_window(MIN_WINDOW);
+    let mut w = Writer::with_mode(rw_file(&path), mode)
+        .unwrap()
+        .with_window(MIN_WINDOW);
     let block = vec![0xeeu8; 256 << 10];
     let mut err = None;
     for _ in 0..(64 << 20) / block.len() {
@@ -306,7 +407,9 @@ fn enospc_reaches_the_caller_on_tmpfs() {
     let fs = match SmallFs::tmpfs() {
         Ok(fs) => fs,
         Err(why) => {
-            println!("SKIPPED enospc_reaches_the_caller_on_tmpfs: cannot mount a tmpfs here ({why})");
+            println!(
+                "SKIPPED enospc_reaches_the_caller_on_tmpfs: cannot mount a tmpfs here ({why})"
+            );
             return;
         }
     };
