@@ -18,7 +18,12 @@ pub struct Record {
 
 impl Record {
     pub fn new(bench: &'static str, transport: impl Into<String>) -> Record {
-        Record { bench, transport: transport.into(), config: Map::new(), metrics: Vec::new() }
+        Record {
+            bench,
+            transport: transport.into(),
+            config: Map::new(),
+            metrics: Vec::new(),
+        }
     }
 
     pub fn config(mut self, key: &str, value: impl Into<Value>) -> Record {
@@ -39,7 +44,11 @@ impl Record {
 
     /// The DESIGN.md §4 JSON line: `{"bench", "transport", "config", "metrics"}`.
     pub fn to_json(&self) -> Value {
-        let metrics: Map<String, Value> = self.metrics.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        let metrics: Map<String, Value> = self
+            .metrics
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
         json!({"bench": self.bench, "transport": self.transport, "config": self.config, "metrics": metrics})
     }
 }
@@ -65,14 +74,30 @@ impl Summary {
         let mut s = samples.to_vec();
         s.sort_by(|a, b| a.total_cmp(b));
         let n = s.len();
-        let median = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        };
         let mean = s.iter().sum::<f64>() / n as f64;
         if n < 2 {
-            return Summary { median, mean, lo: mean, hi: mean, n };
+            return Summary {
+                median,
+                mean,
+                lo: mean,
+                hi: mean,
+                n,
+            };
         }
         let var = s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
         let half = t95(n - 1) * (var / n as f64).sqrt();
-        Summary { median, mean, lo: mean - half, hi: mean + half, n }
+        Summary {
+            median,
+            mean,
+            lo: mean - half,
+            hi: mean + half,
+            n,
+        }
     }
 
     /// True when the two 95% intervals do not overlap: the difference stands out of the noise.
@@ -85,9 +110,9 @@ impl Summary {
 /// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
 fn t95(df: usize) -> f64 {
     const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
     ];
     T.get(df.saturating_sub(1)).copied().unwrap_or(1.96)
 }
@@ -123,7 +148,10 @@ fn usage(who: libc::c_int) -> Usage {
     // SAFETY: `ru` is a valid, writable rusage.
     unsafe { libc::getrusage(who, &mut ru) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Usage { minor_faults: ru.ru_minflt as u64, cpu_s: secs(ru.ru_utime) + secs(ru.ru_stime) }
+    Usage {
+        minor_faults: ru.ru_minflt as u64,
+        cpu_s: secs(ru.ru_utime) + secs(ru.ru_stime),
+    }
 }
 
 /// A progress bar on a terminal; hidden when stderr is piped (or with `--json`).
@@ -133,9 +161,11 @@ pub fn progress(total: u64, what: &str, quiet: bool) -> ProgressBar {
     }
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template("{msg:30} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})")
-            .unwrap()
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg:30} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})",
+        )
+        .unwrap()
+        .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar
@@ -153,7 +183,12 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: vec![0; 64 * 16], total: 0, sum: 0, max: 0 }
+        Histogram {
+            counts: vec![0; 64 * 16],
+            total: 0,
+            sum: 0,
+            max: 0,
+        }
     }
 }
 
@@ -198,7 +233,11 @@ impl Histogram {
     }
 
     pub fn mean_ns(&self) -> f64 {
-        if self.total == 0 { 0.0 } else { self.sum as f64 / self.total as f64 }
+        if self.total == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.total as f64
+        }
     }
 
     pub fn max_ns(&self) -> f64 {
@@ -231,11 +270,22 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        let parts: Vec<String> = cells.iter().zip(&width).map(|(c, w)| format!("{c:<w$}")).collect();
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         println!("| {} |", parts.join(" | "));
     };
     line(header.to_vec());
-    println!("|{}|", width.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("|"));
+    println!(
+        "|{}|",
+        width
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("|")
+    );
     for row in rows {
         line(row.iter().map(String::as_str).collect());
     }
@@ -246,7 +296,10 @@ pub fn fmt_summary(s: &Summary, decimals: usize) -> String {
     if s.n < 2 {
         format!("{:.*}", decimals, s.median)
     } else {
-        format!("{:.*} [{:.*}, {:.*}]", decimals, s.median, decimals, s.lo, decimals, s.hi)
+        format!(
+            "{:.*} [{:.*}, {:.*}]",
+            decimals, s.median, decimals, s.lo, decimals, s.hi
+        )
     }
 }
 
@@ -266,7 +319,9 @@ impl MemoryHog {
             .map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
-                    format!("--memory-pressure needs stress-ng (apt-get install -y stress-ng): {e}"),
+                    format!(
+                        "--memory-pressure needs stress-ng (apt-get install -y stress-ng): {e}"
+                    ),
                 )
             })?;
         std::thread::sleep(Duration::from_secs(2)); // let it fill memory

@@ -13,7 +13,11 @@ mod transport;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "pagepipe-bench", version, about = "pagepipe vs the kernel's primitives, side by side")]
+#[command(
+    name = "pagepipe-bench",
+    version,
+    about = "pagepipe vs the kernel's primitives, side by side"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,

@@ -1,2 +1,4 @@
 //! quick suite (being written).
-pub fn run(_json: bool) -> std::io::Result<()> { Ok(()) }
+pub fn run(_json: bool) -> std::io::Result<()> {
+    Ok(())
+}

@@ -128,16 +128,28 @@ impl Builder {
         pipe::check_slot_size(self.slot_size)?;
         let ring_size = pipe::ring_size_for(self.capacity, self.slot_size)?;
         if !sys::page_size_ok() {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "pagepipe needs 4 KiB pages"));
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "pagepipe needs 4 KiB pages",
+            ));
         }
-        let config = pipe::Config { policy: self.policy, packet: self.packet, slot_size: self.slot_size };
+        let config = pipe::Config {
+            policy: self.policy,
+            packet: self.packet,
+            slot_size: self.slot_size,
+        };
         let shared = sync::Arc::new(pipe::Shared::new(ring_size, config)?);
         #[cfg(not(loom))]
         {
             let weak: std::sync::Weak<dyn pool::Trim> = sync::Arc::downgrade(&shared) as _;
             pool::register(weak);
         }
-        Ok((Writer { shared: shared.clone() }, Reader { shared }))
+        Ok((
+            Writer {
+                shared: shared.clone(),
+            },
+            Reader { shared },
+        ))
     }
 }
 

@@ -21,7 +21,10 @@ pub(crate) fn index(word: u64) -> u64 {
 /// Slots holding data between `tail` and `head` (indices, not words).
 #[inline]
 pub(crate) fn occupancy(head: u64, tail: u64) -> u64 {
-    debug_assert!(head.wrapping_sub(tail) <= 1 << 40, "tail {tail} ran past head {head}");
+    debug_assert!(
+        head.wrapping_sub(tail) <= 1 << 40,
+        "tail {tail} ran past head {head}"
+    );
     head.wrapping_sub(tail)
 }
 

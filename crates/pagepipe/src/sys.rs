@@ -27,7 +27,10 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of zeroed memory, committed lazily (`mmap(2)` with `MAP_NORESERVE`).
     pub(crate) fn anonymous(len: usize) -> io::Result<Mapping> {
-        assert!(len > 0 && len % PAGE_SIZE == 0, "mapping length {len} is not a positive page multiple");
+        assert!(
+            len > 0 && len % PAGE_SIZE == 0,
+            "mapping length {len} is not a positive page multiple"
+        );
         // SAFETY: a fresh anonymous mapping at an address of the kernel's choice aliases nothing.
         let ptr = unsafe {
             libc::mmap(
@@ -59,21 +62,33 @@ impl Mapping {
     /// Gives the pages of `offset..offset + len` back to the OS (`madvise(2)`, `MADV_DONTNEED`):
     /// the next touch faults in a zeroed page.
     pub(crate) fn dontneed(&self, offset: usize, len: usize) {
-        assert!(offset % PAGE_SIZE == 0 && offset + len <= self.len, "advice range out of the mapping");
+        assert!(
+            offset % PAGE_SIZE == 0 && offset + len <= self.len,
+            "advice range out of the mapping"
+        );
         if len == 0 {
             return;
         }
         // SAFETY: the range lies inside our mapping (asserted above); DONTNEED only discards
         // contents the caller gave up, never the mapping itself.
-        let rc = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
+        let rc =
+            unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
         // DONTNEED on our own private anonymous mapping cannot fail short of a kernel bug; if it
         // did, the pages would only stay resident longer.
-        debug_assert_eq!(rc, 0, "madvise(MADV_DONTNEED) failed: {}", io::Error::last_os_error());
+        debug_assert_eq!(
+            rc,
+            0,
+            "madvise(MADV_DONTNEED) failed: {}",
+            io::Error::last_os_error()
+        );
     }
 
     /// How many pages of `offset..offset + len` are resident (`mincore(2)`).
     pub(crate) fn resident_pages(&self, offset: usize, len: usize) -> io::Result<usize> {
-        assert!(offset % PAGE_SIZE == 0 && offset + len <= self.len, "mincore range out of the mapping");
+        assert!(
+            offset % PAGE_SIZE == 0 && offset + len <= self.len,
+            "mincore range out of the mapping"
+        );
         let mut vec = vec![0u8; len.div_ceil(PAGE_SIZE)];
         if len == 0 {
             return Ok(0);
@@ -120,7 +135,9 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Durati
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned u32 for the duration of the call; `ts_ptr` is null or
     // points to a timespec that outlives the call.
     let rc = unsafe {
@@ -161,8 +178,16 @@ const SYS_CACHESTAT: libc::c_long = 451;
 
 /// Positional write with per-call flags (`pwritev2(2)`). Returns the bytes written (possibly
 /// fewer than `buf.len()`).
-pub(crate) fn pwritev2(fd: &impl AsRawFd, buf: &[u8], offset: u64, flags: libc::c_int) -> io::Result<usize> {
-    let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+pub(crate) fn pwritev2(
+    fd: &impl AsRawFd,
+    buf: &[u8],
+    offset: u64,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     let off = offset_to_off_t(offset)?;
     // SAFETY: `iov` describes `buf`, which is live and readable for the call; the kernel only
     // reads through it; the fd is borrowed from a live file.
@@ -175,8 +200,16 @@ pub(crate) fn pwritev2(fd: &impl AsRawFd, buf: &[u8], offset: u64, flags: libc::
 
 /// Positional read with per-call flags (`preadv2(2)`). Returns the bytes read (0 at end of
 /// file).
-pub(crate) fn preadv2(fd: &impl AsRawFd, buf: &mut [u8], offset: u64, flags: libc::c_int) -> io::Result<usize> {
-    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+pub(crate) fn preadv2(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    offset: u64,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     let off = offset_to_off_t(offset)?;
     // SAFETY: `iov` describes `buf`, which we borrow mutably, so the kernel may write all of it.
     let rc = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, off, flags) };
@@ -198,11 +231,18 @@ pub(crate) enum RangeSync {
 
 /// Starts or waits for writeback of `offset..offset + len` (`sync_file_range(2)`). Writes no
 /// metadata: it is not a substitute for `fdatasync(2)`.
-pub(crate) fn sync_file_range(fd: &impl AsRawFd, offset: u64, len: u64, how: RangeSync) -> io::Result<()> {
+pub(crate) fn sync_file_range(
+    fd: &impl AsRawFd,
+    offset: u64,
+    len: u64,
+    how: RangeSync,
+) -> io::Result<()> {
     let flags = match how {
         RangeSync::Start => libc::SYNC_FILE_RANGE_WRITE,
         RangeSync::Wait => {
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
         }
     };
     let (off, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
@@ -259,7 +299,13 @@ pub(crate) fn cachestat(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<
     // SAFETY: `range` is readable and `cs` writable for the call, both with the kernel's
     // `#[repr(C)]` layout; flags must be 0.
     let rc = unsafe {
-        libc::syscall(SYS_CACHESTAT, fd.as_raw_fd(), &range as *const CacheStatRange, &mut cs as *mut CacheStat, 0u32)
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const CacheStatRange,
+            &mut cs as *mut CacheStat,
+            0u32,
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
@@ -273,18 +319,35 @@ pub(crate) fn file_resident_pages(fd: &impl AsRawFd, len: u64) -> io::Result<u64
     if len == 0 {
         return Ok(0);
     }
-    let len = usize::try_from(len)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("file of {len} bytes is too large to map")))?;
+    let len = usize::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("file of {len} bytes is too large to map"),
+        )
+    })?;
     // SAFETY: a fresh shared read-only mapping at an address of the kernel's choice aliases no
     // Rust memory; we never read through it.
-    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
     let mut vec = vec![0u8; len.div_ceil(PAGE_SIZE)];
     // SAFETY: `ptr..ptr + len` is the mapping made above; `vec` has one byte per page of it.
     let rc = unsafe { libc::mincore(ptr, len, vec.as_mut_ptr()) };
-    let result = if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(vec.iter().filter(|b| **b & 1 != 0).count() as u64) };
+    let result = if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(vec.iter().filter(|b| **b & 1 != 0).count() as u64)
+    };
     // SAFETY: unmaps exactly the mapping made above, which nothing else refers to.
     unsafe { libc::munmap(ptr, len) };
     result
@@ -292,6 +355,10 @@ pub(crate) fn file_resident_pages(fd: &impl AsRawFd, len: u64) -> io::Result<u64
 
 /// Converts a file offset or length to `off_t`, refusing values above `i64::MAX`.
 fn offset_to_off_t(value: u64) -> io::Result<libc::off_t> {
-    libc::off_t::try_from(value)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("file offset {value} exceeds i64::MAX")))
+    libc::off_t::try_from(value).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("file offset {value} exceeds i64::MAX"),
+        )
+    })
 }

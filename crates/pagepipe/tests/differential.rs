@@ -17,7 +17,12 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let len = prop_oneof![0usize..64, 1usize..8192, 4090usize..4200, 0usize..=200 * 1024];
+    let len = prop_oneof![
+        0usize..64,
+        1usize..8192,
+        4090usize..4200,
+        0usize..=200 * 1024
+    ];
     prop_oneof![
         8 => len.clone().prop_map(Op::Write),
         8 => len.prop_map(Op::Read),
@@ -50,7 +55,10 @@ impl Kernel {
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), flags) }, 0);
         // SAFETY: pipe2 just returned these descriptors and nothing else owns them.
         let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        Kernel { w: Some(w), r: Some(r) }
+        Kernel {
+            w: Some(w),
+            r: Some(r),
+        }
     }
 
     fn any_fd(&self) -> i32 {
@@ -74,7 +82,10 @@ impl Kernel {
 
     fn set_capacity(&mut self, bytes: usize) -> Result<usize, io::ErrorKind> {
         // SAFETY: fcntl on a descriptor we own.
-        errno_result(unsafe { libc::fcntl(self.any_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) } as isize)
+        errno_result(
+            unsafe { libc::fcntl(self.any_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) }
+                as isize,
+        )
     }
 
     fn capacity(&self) -> usize {
@@ -106,22 +117,32 @@ fn run(ops: &[Op], packet: bool) -> Result<(), TestCaseError> {
     let (w, r) = Builder::new().packet_mode(packet).build().unwrap();
     w.set_nonblocking(true).unwrap();
     r.set_nonblocking(true).unwrap();
-    let mut ours = Ours { w: Some(w), r: Some(r) };
+    let mut ours = Ours {
+        w: Some(w),
+        r: Some(r),
+    };
     let mut seq = 0u64;
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Write(len) => {
-                let (Some(_), Some(w)) = (&k.w, &mut ours.w) else { continue };
+                let (Some(_), Some(w)) = (&k.w, &mut ours.w) else {
+                    continue;
+                };
                 let data = pattern(&mut seq, len);
                 let kr = k.write(&data);
                 let or = w.write(&data).map_err(|e| e.kind());
                 prop_assert_eq!(kr, or, "op {} write({})", i, len);
             }
             Op::Read(len) => {
-                let (Some(_), Some(r)) = (&k.r, &mut ours.r) else { continue };
+                let (Some(_), Some(r)) = (&k.r, &mut ours.r) else {
+                    continue;
+                };
                 let kr = k.read(len);
                 let mut buf = vec![0u8; len];
-                let or = r.read(&mut buf).map(|n| buf[..n].to_vec()).map_err(|e| e.kind());
+                let or = r
+                    .read(&mut buf)
+                    .map(|n| buf[..n].to_vec())
+                    .map_err(|e| e.kind());
                 match (&kr, &or) {
                     (Ok(a), Ok(b)) => {
                         prop_assert_eq!(a.len(), b.len(), "op {} read({}) count", i, len);
@@ -136,7 +157,13 @@ fn run(ops: &[Op], packet: bool) -> Result<(), TestCaseError> {
                     (None, Some(r)) => r.set_capacity(bytes),
                     (None, None) => continue,
                 };
-                prop_assert_eq!(k.set_capacity(bytes), ours_cap.map_err(|e| e.kind()), "op {} set_capacity({})", i, bytes);
+                prop_assert_eq!(
+                    k.set_capacity(bytes),
+                    ours_cap.map_err(|e| e.kind()),
+                    "op {} set_capacity({})",
+                    i,
+                    bytes
+                );
             }
             Op::CloseWriter => {
                 if k.r.is_some() || ours.r.is_some() {
@@ -174,11 +201,38 @@ fn merge_rule_examples() {
     // Hand-picked sequences that exercise the sub-page remainder rule.
     use Op::*;
     for ops in [
-        vec![Write(100), Write(5000), Read(3000), Write(4000), Write(100), Read(70000)],
+        vec![
+            Write(100),
+            Write(5000),
+            Read(3000),
+            Write(4000),
+            Write(100),
+            Read(70000),
+        ],
         vec![Write(4000), Read(4000), Write(50), Read(10)],
-        vec![Write(65536), Write(1), Read(1), Write(1), Write(4096), Read(5000), Write(8192)],
-        vec![Write(100), SetCapacity(4096), Write(4096), Write(3996), Write(1)],
-        vec![Write(70000), SetCapacity(8192), Read(70000), SetCapacity(8192), Write(9000)],
+        vec![
+            Write(65536),
+            Write(1),
+            Read(1),
+            Write(1),
+            Write(4096),
+            Read(5000),
+            Write(8192),
+        ],
+        vec![
+            Write(100),
+            SetCapacity(4096),
+            Write(4096),
+            Write(3996),
+            Write(1),
+        ],
+        vec![
+            Write(70000),
+            SetCapacity(8192),
+            Read(70000),
+            SetCapacity(8192),
+            Write(9000),
+        ],
         vec![Write(10), CloseReader, Write(0), Write(1)],
         vec![Write(10), CloseWriter, Read(5), Read(5), Read(5)],
     ] {

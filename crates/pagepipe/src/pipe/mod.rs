@@ -59,7 +59,10 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 impl Slot {
     fn free() -> Slot {
-        Slot { state: AtomicU64::new(RELEASED), start: AtomicU64::new(0) }
+        Slot {
+            state: AtomicU64::new(RELEASED),
+            start: AtomicU64::new(0),
+        }
     }
 }
 
@@ -79,7 +82,12 @@ impl Geometry {
         debug_assert!(ring_size.is_power_of_two() && slot_size.is_power_of_two());
         let arena = Mapping::anonymous(ring_size * slot_size)?;
         let slots = (0..ring_size).map(|_| Slot::free()).collect();
-        Ok(Geometry { ring_size, slot_size, slots, arena })
+        Ok(Geometry {
+            ring_size,
+            slot_size,
+            slots,
+            arena,
+        })
     }
 
     fn slot(&self, index: u64) -> (usize, &Slot) {
@@ -173,8 +181,14 @@ impl Shared {
             tail: Padded(AtomicU64::new(0)),
             readable: Padded(Futex::new()),
             writable: Padded(Futex::new()),
-            write_side: Padded(Mutex::new(WriteSide { head: 0, cached_tail: 0 })),
-            read_side: Padded(Mutex::new(ReadSide { tail: 0, cached_head: 0 })),
+            write_side: Padded(Mutex::new(WriteSide {
+                head: 0,
+                cached_tail: 0,
+            })),
+            read_side: Padded(Mutex::new(ReadSide {
+                tail: 0,
+                cached_head: 0,
+            })),
             prefill_arena: AtomicPtr::new(geo.arena.as_ptr()),
             prefill_ring: AtomicUsize::new(ring_size),
             geo: UnsafeCell::new(geo),
@@ -230,14 +244,21 @@ impl Shared {
     fn readable_now(&self) -> bool {
         // Acquire (all three): pairs with the Release RMWs that publish head and tail and with the
         // AcqRel decrement of the writer count, so a reader that sees the change sees what preceded it.
-        ring::index(self.head.load(Ordering::Acquire)) != ring::index(self.tail.load(Ordering::Acquire))
+        ring::index(self.head.load(Ordering::Acquire))
+            != ring::index(self.tail.load(Ordering::Acquire))
             || self.writers.load(Ordering::Acquire) == 0
     }
 
     fn writable_now(&self) -> bool {
-        let (h, t) = (self.head.load(Ordering::Acquire), self.tail.load(Ordering::Acquire));
-        !ring::is_full(ring::index(h), ring::index(t), self.max_usage.load(Ordering::Acquire) as u64)
-            || self.readers.load(Ordering::Acquire) == 0
+        let (h, t) = (
+            self.head.load(Ordering::Acquire),
+            self.tail.load(Ordering::Acquire),
+        );
+        !ring::is_full(
+            ring::index(h),
+            ring::index(t),
+            self.max_usage.load(Ordering::Acquire) as u64,
+        ) || self.readers.load(Ordering::Acquire) == 0
     }
 
     /// Blocks until the ring may hold data or every writer is gone.
@@ -364,7 +385,11 @@ impl Shared {
     /// The idle trimmer's and `shrink_pipes`' entry point.
     #[cfg(not(loom))]
     pub(crate) fn trim(&self, force: bool) -> usize {
-        let keep = if force { 0 } else { self.config.policy.idle_keep() };
+        let keep = if force {
+            0
+        } else {
+            self.config.policy.idle_keep()
+        };
         if self.spare.load(Ordering::Relaxed) <= keep {
             return 0;
         }
@@ -389,7 +414,9 @@ impl Shared {
         let mut n = 0;
         for i in ws.head..tail + geo.ring_size as u64 {
             let pos = ring::slot(i, geo.ring_size);
-            n += geo.arena.resident_pages(pos * geo.slot_size, geo.slot_size)?;
+            n += geo
+                .arena
+                .resident_pages(pos * geo.slot_size, geo.slot_size)?;
         }
         Ok(n)
     }
@@ -419,7 +446,9 @@ impl Shared {
                 let ((opos, oslot), (npos, nslot)) = (old.slot(i), new.slot(i));
                 let st = oslot.state.load(Ordering::Relaxed);
                 nslot.state.store(st & !RESIDENT, Ordering::Relaxed);
-                nslot.start.store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
+                nslot
+                    .start
+                    .store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
                 let end = (st & END_MASK) as usize;
                 // SAFETY: both pages are slot_size long and end <= slot_size; the old and new
                 // arenas are distinct mappings; both sides are held, so no one else touches them.
@@ -427,7 +456,8 @@ impl Shared {
             }
             self.prefill_ring.store(0, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `prefill`.
-            self.prefill_arena.store(new.arena.as_ptr(), Ordering::Release);
+            self.prefill_arena
+                .store(new.arena.as_ptr(), Ordering::Release);
             self.prefill_ring.store(ring_size, Ordering::Release);
             // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
             // a side guard other than ours) and nobody else can take one until we release them.
@@ -435,7 +465,10 @@ impl Shared {
             // The retired arena keeps its address space only (its pages go back to the OS) in
             // case a racing prefill still points there.
             old.arena.dontneed(0, old.arena.len());
-            self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old.arena);
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(old.arena);
             self.spare.store(0, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `writable_now`.
             self.max_usage.store(ring_size, Ordering::Release);
@@ -452,7 +485,9 @@ impl Shared {
 /// Splits `count` positions starting at `first` in a ring of `ring` into contiguous runs.
 fn wrapped_runs(first: usize, count: usize, ring: usize) -> impl Iterator<Item = (usize, usize)> {
     let a = count.min(ring - first);
-    [(first, a), (0, count - a)].into_iter().filter(|&(_, n)| n > 0)
+    [(first, a), (0, count - a)]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
 }
 
 /// Spins (bounded) until `ready`; false if it never became true.
@@ -491,7 +526,9 @@ pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
     if !slot_size.is_power_of_two() || !(PAGE_SIZE..=MAX_CAPACITY).contains(&slot_size) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"),
+            format!(
+                "slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"
+            ),
         ));
     }
     Ok(())
@@ -509,8 +546,14 @@ mod tests {
         assert_eq!(ring_size_for(65537, 4096).unwrap(), 32);
         assert_eq!(ring_size_for(65536, 65536).unwrap(), 1);
         assert_eq!(ring_size_for(4096, 65536).unwrap(), 1);
-        assert_eq!(ring_size_for(0, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            ring_size_for(0, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         assert!(check_slot_size(8192).is_ok());
         assert!(check_slot_size(6000).is_err());
         assert!(check_slot_size(2048).is_err());
@@ -518,7 +561,10 @@ mod tests {
 
     #[test]
     fn wrapped_runs_split_at_the_end() {
-        assert_eq!(wrapped_runs(14, 4, 16).collect::<Vec<_>>(), vec![(14, 2), (0, 2)]);
+        assert_eq!(
+            wrapped_runs(14, 4, 16).collect::<Vec<_>>(),
+            vec![(14, 2), (0, 2)]
+        );
         assert_eq!(wrapped_runs(0, 4, 16).collect::<Vec<_>>(), vec![(0, 4)]);
     }
 }

@@ -20,7 +20,9 @@ impl Reader {
     /// Switches every clone of this reader to non-blocking mode (`O_NONBLOCK`) or back: a read
     /// of an empty pipe then fails with [`io::ErrorKind::WouldBlock`] while writers exist.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared.read_nonblocking.store(nonblocking, Ordering::Relaxed);
+        self.shared
+            .read_nonblocking
+            .store(nonblocking, Ordering::Relaxed);
         Ok(())
     }
 
@@ -64,7 +66,10 @@ impl Reader {
             if rs.cached_head != rs.tail || sh.writers.load(Ordering::Acquire) == 0 {
                 // Reread head: slots published before the last writer left belong to the chunk.
                 rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
-                return Ok(ReadChunk { shared: sh, guard: rs });
+                return Ok(ReadChunk {
+                    shared: sh,
+                    guard: rs,
+                });
             }
             if self.is_nonblocking() {
                 return Err(would_block());
@@ -130,12 +135,17 @@ fn consume(
         // Acquire: pairs with the writer's Release merge CAS, publishing merged bytes.
         let st = slot.state.load(Ordering::Acquire);
         debug_assert!(st & RELEASED == 0, "slot {tail} is published but released");
-        let (start, end) = (slot.start.load(Ordering::Relaxed) as usize, (st & END_MASK) as usize);
+        let (start, end) = (
+            slot.start.load(Ordering::Relaxed) as usize,
+            (st & END_MASK) as usize,
+        );
         debug_assert!(start <= end && end <= geo.slot_size);
         let c = (end - start).min(max - n);
         // SAFETY: start..start+c lies within the slot's data (end <= slot_size), published to us
         // by the Acquire loads above; writers only append past `end`, so nobody writes it now.
-        sink(n, unsafe { std::slice::from_raw_parts(geo.page(pos).add(start), c) });
+        sink(n, unsafe {
+            std::slice::from_raw_parts(geo.page(pos).add(start), c)
+        });
         n += c;
         if st & PACKET != 0 && packet_reads {
             release(sh, geo, pos, slot, st);
@@ -158,11 +168,18 @@ fn consume(
 /// Releases the drained slot at `pos` if its state is still `st`; gives its page to the pool or
 /// back to the OS, then advances the tail. False if a writer merged into the slot meanwhile.
 fn release(sh: &Shared, geo: &Geometry, pos: usize, slot: &Slot, st: u64) -> bool {
-    let keep = sh.config.policy.keep_on_release(sh.spare.load(Ordering::Relaxed));
+    let keep = sh
+        .config
+        .policy
+        .keep_on_release(sh.spare.load(Ordering::Relaxed));
     let freed = if keep { RELEASED | RESIDENT } else { RELEASED };
     // Relaxed: this CAS only decides between us and a merging writer (whose CAS expects the same
     // `st`); the page's reuse is ordered by the tail RMW below.
-    if slot.state.compare_exchange(st, freed, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+    if slot
+        .state
+        .compare_exchange(st, freed, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
         return false;
     }
     if keep {
@@ -238,7 +255,9 @@ impl io::Read for &Reader {
 impl Clone for Reader {
     fn clone(&self) -> Reader {
         self.shared.readers.fetch_add(1, Ordering::Relaxed);
-        Reader { shared: self.shared.clone() }
+        Reader {
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -253,6 +272,8 @@ impl Drop for Reader {
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader").field("capacity", &self.capacity()).finish_non_exhaustive()
+        f.debug_struct("Reader")
+            .field("capacity", &self.capacity())
+            .finish_non_exhaustive()
     }
 }

@@ -31,7 +31,9 @@ impl Writer {
     /// In non-blocking mode a write that can place nothing fails with
     /// [`io::ErrorKind::WouldBlock`]; a larger write places what fits and returns the count.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared.write_nonblocking.store(nonblocking, Ordering::Relaxed);
+        self.shared
+            .write_nonblocking
+            .store(nonblocking, Ordering::Relaxed);
         Ok(())
     }
 
@@ -109,7 +111,11 @@ impl Writer {
             ws.cached_tail = ring::index(sh.tail.load(Ordering::Acquire));
             let free = limit - ring::occupancy(ws.head, ws.cached_tail).min(limit);
             if free > 0 {
-                return Ok(WriteChunk { shared: sh, guard: ws, free: free as usize });
+                return Ok(WriteChunk {
+                    shared: sh,
+                    guard: ws,
+                    free: free as usize,
+                });
             }
             if self.is_nonblocking() {
                 return Err(would_block());
@@ -177,7 +183,10 @@ fn merge(sh: &Shared, ws: &WriteGuard<'_>, buf: &[u8]) -> usize {
     // Release: pairs with the reader's Acquire load of the slot state, publishing the bytes.
     // Failure means the reader released the drained slot first: then the pipe was empty and
     // Linux would not have merged either.
-    match slot.state.compare_exchange(st, st + chars as u64, Ordering::Release, Ordering::Relaxed) {
+    match slot
+        .state
+        .compare_exchange(st, st + chars as u64, Ordering::Release, Ordering::Relaxed)
+    {
         Ok(_) => chars,
         Err(_) => 0,
     }
@@ -266,7 +275,12 @@ impl WriteChunk<'_> {
         // SAFETY: positions first..first+a and 0..free-a are free slots, contiguous in the arena
         // and disjoint (free <= ring_size); we hold the write side, so no one else touches them
         // while `self` is mutably borrowed.
-        unsafe { (std::slice::from_raw_parts_mut(pa, la), std::slice::from_raw_parts_mut(pb, lb)) }
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(pa, la),
+                std::slice::from_raw_parts_mut(pb, lb),
+            )
+        }
     }
 
     /// Publishes the first `n` bytes written through [`WriteChunk::as_mut_slices`] and returns `n`.
@@ -274,7 +288,11 @@ impl WriteChunk<'_> {
     /// # Panics
     /// If `n` exceeds [`WriteChunk::len`].
     pub fn commit(mut self, n: usize) -> usize {
-        assert!(n <= self.len(), "commit of {n} bytes into a chunk of {} bytes", self.len());
+        assert!(
+            n <= self.len(),
+            "commit of {n} bytes into a chunk of {} bytes",
+            self.len()
+        );
         let sh = self.shared;
         let ss = sh.config.slot_size;
         let mut head = self.guard.head;
@@ -327,7 +345,9 @@ impl io::Write for &Writer {
 impl Clone for Writer {
     fn clone(&self) -> Writer {
         self.shared.writers.fetch_add(1, Ordering::Relaxed);
-        Writer { shared: self.shared.clone() }
+        Writer {
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -343,6 +363,8 @@ impl Drop for Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("capacity", &self.capacity()).finish_non_exhaustive()
+        f.debug_struct("Writer")
+            .field("capacity", &self.capacity())
+            .finish_non_exhaustive()
     }
 }
