@@ -584,6 +584,13 @@ pub struct Writer {
     finished: bool,
 }
 
+// A writer may move to another thread (its flusher state is shared through an Arc).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Writer>();
+    assert_send::<Reader>();
+};
+
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Writer")
