@@ -59,6 +59,12 @@ pub const MIN_WINDOW: usize = 256 << 10;
 
 const PAGE: u64 = sys::PAGE_SIZE as u64;
 
+/// The largest page-cache folio (a PMD: 2 MiB with 4 KiB pages on x86-64 and arm64). Folios are
+/// naturally aligned, and `POSIX_FADV_DONTNEED` skips a folio that sticks out of its range, so
+/// ranges are cut only at multiples of this size: a cut anywhere else could leave the folio
+/// that straddles it cached for good.
+const MAX_FOLIO: u64 = 2 << 20;
+
 /// How long a flusher with registered writers sleeps before looking for data that no kick
 /// announced (a writer's tail below the kick batch).
 const FLUSHER_TICK: Duration = Duration::from_millis(50);
@@ -349,7 +355,7 @@ impl Shared {
         (dirty, kick)
     }
 
-    /// Takes the pending ranges, coalesced, cut into pieces of at most a kick batch: writeback is
+    /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
     /// started, waited for and dropped a piece at a time, so a waiting writer resumes after one
     /// piece rather than after everything it wrote since the flusher last looked.
     fn take_pending(&self) -> Vec<Range> {
@@ -357,10 +363,9 @@ impl Shared {
         p.unkicked = 0;
         let ranges = std::mem::take(&mut p.ranges);
         drop(p);
-        let piece = kick_batch(self.window.load(Ordering::Relaxed));
         coalesce(ranges)
             .into_iter()
-            .flat_map(|r| r.split(piece))
+            .flat_map(|r| r.split(MAX_FOLIO))
             .collect()
     }
 
@@ -460,9 +465,8 @@ impl Shared {
     }
 }
 
-/// The flusher is kicked after this many bytes of writes, and writes back pieces of at most this
-/// size: a sixteenth of the window rounded down to a power of two, at least 64 KiB, at most
-/// 2 MiB.
+/// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
+/// to a power of two, at least 64 KiB, at most 2 MiB.
 fn kick_batch(window: u64) -> u64 {
     let b = (window / 16).clamp(64 << 10, 2 << 20);
     1 << (63 - b.leading_zeros())
@@ -907,6 +911,11 @@ pub struct Reader {
     file: File,
     mode: Mode,
     pos: u64,
+    /// Fallback: pages read and not yet dropped, page aligned (`start..end`, empty when equal).
+    /// Dropped up to the last [`MAX_FOLIO`] boundary as reads go on (a large folio is dropped only
+    /// once it lies wholly inside the range), the rest when the reads jump elsewhere, reach the
+    /// end of the file, or the reader is dropped.
+    undropped: std::ops::Range<u64>,
 }
 
 impl Reader {
@@ -924,7 +933,12 @@ impl Reader {
     /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file.
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Reader> {
         check_regular(&file)?;
-        Ok(Reader { file, mode, pos: 0 })
+        Ok(Reader {
+            file,
+            mode,
+            pos: 0,
+            undropped: 0..0,
+        })
     }
 
     /// The mode in use: [`Mode::Auto`] until the first non-empty read.
@@ -968,12 +982,39 @@ impl Reader {
 
     fn read_fallback(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let n = self.file.read_at(buf, offset)?;
-        if n > 0 {
-            let r = Range::of_write(offset, n as u64);
-            // Only fails for a bad fd or a non-regular file (excluded at creation).
-            let _ = sys::fadvise_dontneed(&self.file, r.start, r.len());
+        if n == 0 {
+            self.drop_undropped(u64::MAX);
+            return Ok(0);
         }
+        let r = Range::of_write(offset, n as u64);
+        let contiguous = r.start <= self.undropped.end && r.end >= self.undropped.start;
+        if !contiguous {
+            self.drop_undropped(u64::MAX);
+            self.undropped = r.start..r.end;
+        } else {
+            self.undropped = self.undropped.start.min(r.start)..self.undropped.end.max(r.end);
+        }
+        let boundary = self.undropped.end / MAX_FOLIO * MAX_FOLIO;
+        self.drop_undropped(boundary);
         Ok(n)
+    }
+
+    /// Drops the undropped pages below `upto` (all of them for `u64::MAX`).
+    fn drop_undropped(&mut self, upto: u64) {
+        let end = self.undropped.end.min(upto);
+        if end > self.undropped.start {
+            // Only fails for a bad fd or a non-regular file (excluded at creation).
+            let _ =
+                sys::fadvise_dontneed(&self.file, self.undropped.start, end - self.undropped.start);
+            self.undropped.start = end;
+        }
+    }
+}
+
+impl Drop for Reader {
+    /// Drops what the last reads left in the cache.
+    fn drop(&mut self) {
+        self.drop_undropped(u64::MAX);
     }
 }
 

@@ -170,6 +170,27 @@ fn reads_leave_little_page_cache() {
 }
 
 #[test]
+fn small_windows_still_drop_large_folios() {
+    // Sequential 1 MiB writes make large folios; a small window must still drop all of them.
+    for window in [MIN_WINDOW, 1 << 20, 8 << 20] {
+        let t = TempFile(temp_path("folio"));
+        let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+            .unwrap()
+            .with_window(window);
+        let block = vec![0x33u8; 1 << 20];
+        for _ in 0..32 {
+            w.write_all(&block).unwrap();
+        }
+        w.finish().unwrap();
+        let cached = dontcache::cached_bytes(&File::open(&t.0).unwrap()).unwrap();
+        assert!(
+            cached <= (32 << 20) / 100,
+            "window {window}: {cached} of 32 MiB stayed cached"
+        );
+    }
+}
+
+#[test]
 fn fallback_drops_only_what_it_wrote() {
     let t = TempFile(temp_path("own"));
     // The first MiB is cached by an ordinary buffered write before the writer starts.
