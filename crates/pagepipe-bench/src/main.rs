@@ -4,6 +4,7 @@
 //! With no subcommand it runs the quick suite (about a minute): one table of every transport.
 
 mod common;
+mod dontcache;
 mod lmbench;
 mod pipe_bench;
 mod quick;
@@ -33,6 +34,8 @@ enum Cmd {
     Bw(lmbench::BwArgs),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between two threads.
     Lat(lmbench::LatArgs),
+    /// dontcache-bench: buffered, O_DIRECT, RWF_DONTCACHE and pagepipe's dontcache writer.
+    Dontcache(dontcache::Args),
 }
 
 fn main() {
@@ -42,6 +45,7 @@ fn main() {
         Some(Cmd::Pipe(a)) => pipe_bench::run(&a, cli.json),
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, cli.json),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, cli.json),
+        Some(Cmd::Dontcache(a)) => dontcache::run(&a, cli.json),
     };
     if let Err(e) = result {
         eprintln!("pagepipe-bench: {e}");

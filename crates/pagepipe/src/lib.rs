@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod dontcache;
 mod pipe;
 mod pool;
 mod ring;

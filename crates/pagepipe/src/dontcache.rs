@@ -1,0 +1,1183 @@
+//! A file writer that writes at buffered speed and leaves no page cache behind.
+//!
+//! Backup tools, log shippers and bulk loaders write far more data than anyone will read back
+//! soon. Written through the page cache as usual, that data evicts everyone else's cache; written
+//! with `O_DIRECT`, it obeys alignment rules and loses the kernel's write batching. Linux 6.14's
+//! `RWF_DONTCACHE` is the middle road: writes go through the page cache, writeback starts at
+//! once, and the pages are dropped when it completes. [`Writer`] uses that flag where the file
+//! supports it and otherwise does the same thing from userspace:
+//!
+//! - writes stay buffered (`pwrite(2)`), and each writer records the byte ranges it dirtied;
+//! - one process-wide flusher thread, shared by every writer as the kernel's per-device flusher
+//!   is, is kicked through a coalescing flag (many writes, one wake-up), starts writeback of the
+//!   recorded ranges with `sync_file_range(SYNC_FILE_RANGE_WRITE)`, later waits for the older
+//!   ranges' writeback to complete and drops exactly those ranges with
+//!   `posix_fadvise(POSIX_FADV_DONTNEED)`;
+//! - a per-writer dirty counter bounds the data in flight to a window ([`DEFAULT_WINDOW`], see
+//!   [`Writer::with_window`]); a writer over its window waits for the flusher and never flushes
+//!   inline (the inline flush is what made the first `RWF_DONTCACHE` slow).
+//!
+//! ```
+//! use std::io::Write;
+//! use pagepipe::dontcache::{Mode, Writer};
+//!
+//! let path = std::env::temp_dir().join(format!("dontcache-doc-{}", std::process::id()));
+//! let mut w = Writer::create(&path)?;
+//! for _ in 0..16 {
+//!     w.write_all(&[7u8; 64 * 1024])?;
+//! }
+//! let stats = w.finish()?; // fdatasync, then drop what is still cached
+//! assert_eq!(stats.bytes_written, 1 << 20);
+//! assert_ne!(stats.mode, Mode::Auto); // resolved by the first write
+//! assert_eq!(std::fs::read(&path)?.len(), 1 << 20);
+//! std::fs::remove_file(&path)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! Errors are never lost silently: a write error is returned by that write; an error of the
+//! flusher's writeback (`EIO`, `ENOSPC`) is kept and returned by the next write, [`Writer::sync`]
+//! and [`Writer::finish`] (it stays: every later call fails too). Dropping a writer without
+//! [`Writer::finish`] writes its data out and drops it from the cache on a best-effort basis,
+//! ignoring errors, like dropping a [`File`].
+
+use crate::sys::{self, RangeSync};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+/// The default bound on a fallback writer's dirty data in flight: 32 MiB.
+pub const DEFAULT_WINDOW: usize = 32 << 20;
+
+/// The smallest window [`Writer::with_window`] accepts (smaller requests are raised to it).
+pub const MIN_WINDOW: usize = 256 << 10;
+
+const PAGE: u64 = sys::PAGE_SIZE as u64;
+
+/// The largest page-cache folio (a PMD: 2 MiB with 4 KiB pages on x86-64 and arm64). Folios are
+/// naturally aligned, and `POSIX_FADV_DONTNEED` skips a folio that sticks out of its range, so
+/// ranges are cut only at multiples of this size: a cut anywhere else could leave the folio
+/// that straddles it cached for good.
+const MAX_FOLIO: u64 = 2 << 20;
+
+/// How long a flusher with registered writers sleeps before looking for data that no kick
+/// announced (a writer's tail below the kick batch).
+const FLUSHER_TICK: Duration = Duration::from_millis(50);
+
+/// How long a writer over its window sleeps before rechecking (a safety net; the flusher wakes it).
+const WINDOW_RECHECK: Duration = Duration::from_millis(100);
+
+/// How a [`Writer`] or [`Reader`] keeps its data out of the page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Use `RWF_DONTCACHE` if the file supports it, found out with the first non-empty write or
+    /// read; fall back to [`Mode::Fallback`] where the kernel answers `EOPNOTSUPP` or `EINVAL`.
+    /// [`Writer::mode`] reports `Auto` only until that first write.
+    #[default]
+    Auto,
+    /// Insist on `RWF_DONTCACHE`: the first write or read fails with
+    /// [`io::ErrorKind::Unsupported`] where the file (or kernel) does not support it.
+    Kernel,
+    /// Never use `RWF_DONTCACHE`: buffered writes drained by pagepipe's flusher thread, buffered
+    /// reads followed by `POSIX_FADV_DONTNEED`.
+    Fallback,
+}
+
+/// What a [`Writer`] did, from [`Writer::stats`] or [`Writer::finish`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bytes accepted by writes (rewrites of the same bytes count again).
+    pub bytes_written: u64,
+    /// The mode in use: [`Mode::Kernel`] or [`Mode::Fallback`]; [`Mode::Auto`] if nothing was
+    /// written yet.
+    pub mode: Mode,
+    /// The most dirty bytes this writer had in flight at once. Fallback: the peak of the writer's
+    /// own counter (bytes written and not yet written back and dropped, an upper bound on its
+    /// dirty pages). Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
+    /// writes (0 where `cachestat` is missing).
+    pub peak_dirty_bytes: u64,
+    /// How many times a write found the writer over its window and waited for the flusher
+    /// (always 0 in kernel mode, where the kernel throttles).
+    pub writeback_waits: u64,
+}
+
+/// True for the answers that mean "this kernel or file does not do `RWF_DONTCACHE`".
+fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+    )
+}
+
+fn unsupported(e: io::Error) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("RWF_DONTCACHE is not supported on this file: {e}"),
+    )
+}
+
+/// Locks a mutex, taking over the data of one whose holder panicked: every critical section in
+/// this module leaves its data consistent between statements, and Drop must never panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn check_regular(file: &File) -> io::Result<()> {
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("dontcache needs a regular file, not {kind:?}"),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dirty ranges
+// ---------------------------------------------------------------------------------------------
+
+/// Pages a writer dirtied: `start..end`, page aligned, and how many bytes of writes they carry.
+///
+/// Invariant: `start % PAGE == 0`, `end % PAGE == 0`, `start < end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range {
+    start: u64,
+    end: u64,
+    /// Bytes added to the writer's dirty counter for this range; subtracted when it is dropped.
+    charged: u64,
+}
+
+impl Range {
+    /// The pages touched by a write of `len > 0` bytes at `offset`.
+    fn of_write(offset: u64, len: u64) -> Range {
+        debug_assert!(len > 0);
+        let start = offset & !(PAGE - 1);
+        let end = (offset + len).div_ceil(PAGE) * PAGE;
+        Range {
+            start,
+            end,
+            charged: len,
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Cuts the range at the multiples of `piece` (a power of two, at least a page), sharing
+    /// `charged` in proportion (the last piece takes the rounding remainder). Cutting at aligned
+    /// offsets matters: the page cache keeps large folios (up to 2 MiB on x86-64) naturally
+    /// aligned, and `POSIX_FADV_DONTNEED` skips a folio that sticks out of its range, so cuts at
+    /// unaligned offsets would leave the folios straddling them cached.
+    fn split(self, piece: u64) -> impl Iterator<Item = Range> {
+        debug_assert!(piece.is_power_of_two() && piece >= PAGE);
+        let len = self.len();
+        let mut start = self.start;
+        let mut left = self.charged;
+        std::iter::from_fn(move || {
+            if start >= self.end {
+                return None;
+            }
+            let end = ((start / piece + 1) * piece).min(self.end);
+            let charged = if end == self.end {
+                left
+            } else {
+                (self.charged as u128 * (end - start) as u128 / len as u128) as u64
+            };
+            left -= charged;
+            let r = Range {
+                start,
+                end,
+                charged,
+            };
+            start = end;
+            Some(r)
+        })
+    }
+
+    /// Absorbs `other` if the two touch or overlap; returns false (unchanged) otherwise.
+    fn try_merge(&mut self, other: &Range) -> bool {
+        if other.start > self.end || other.end < self.start {
+            return false;
+        }
+        self.start = self.start.min(other.start);
+        self.end = self.end.max(other.end);
+        self.charged += other.charged;
+        true
+    }
+}
+
+/// Sorts ranges by offset and merges those that touch: fewer, larger writeback requests.
+fn coalesce(mut ranges: Vec<Range>) -> Vec<Range> {
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut out: Vec<Range> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        if !out.last_mut().is_some_and(|last| last.try_merge(&r)) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Ranges written but not yet handed to the flusher.
+#[derive(Default)]
+struct Pending {
+    ranges: Vec<Range>,
+    /// Bytes recorded since the flusher was last kicked.
+    unkicked: u64,
+}
+
+/// Ranges whose writeback the flusher started, oldest first, and their total length.
+#[derive(Default)]
+struct Inflight {
+    ranges: VecDeque<Range>,
+    bytes: u64,
+    /// Set (under this lock) by the writer before it closes its file: from then on `Shared::fd`
+    /// must not be used.
+    closed: bool,
+}
+
+/// A writer's fd as the flusher uses it: valid only while the `inflight` guard from which
+/// [`Shared::live_fd`] made it is held (the writer closes its file only after setting
+/// `Inflight::closed` under that lock). Only a number: a misuse would hit `EBADF` or another
+/// file, never memory.
+#[derive(Clone, Copy)]
+struct LiveFd(RawFd);
+
+impl AsRawFd for LiveFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// A sticky error: the first writeback or sync failure of a writer.
+struct StoredError {
+    kind: io::ErrorKind,
+    message: String,
+}
+
+/// What a fallback writer shares with the flusher thread.
+struct Shared {
+    /// The writer's file descriptor. The writer owns the `File` and closes it in its own thread
+    /// (so a filesystem can be unmounted once the writer is gone); the flusher may use this
+    /// number only while holding `inflight` and seeing `closed == false` (see [`Shared::fd`]).
+    fd: RawFd,
+    /// The writer's window in bytes (Relaxed: a tuning value; stale reads are harmless).
+    window: AtomicU64,
+    pending: Mutex<Pending>,
+    /// Held by the flusher while it works on this writer, and by sync and drop.
+    inflight: Mutex<Inflight>,
+    /// Bytes written and not yet dropped from the cache (sum of `charged` of every range in
+    /// `pending` and `inflight`, plus a write being recorded).
+    dirty: AtomicU64,
+    /// Futex word: bumped each time the flusher drops a range. A writer over its window sleeps
+    /// on it.
+    progress: AtomicU32,
+    /// True while the writer is (about to be) asleep on `progress`.
+    waiting: AtomicBool,
+    /// Fast check for `error`.
+    failed: AtomicBool,
+    error: Mutex<Option<StoredError>>,
+}
+
+impl Shared {
+    fn new(fd: RawFd) -> Shared {
+        Shared {
+            fd,
+            window: AtomicU64::new(DEFAULT_WINDOW as u64),
+            pending: Mutex::new(Pending::default()),
+            inflight: Mutex::new(Inflight::default()),
+            dirty: AtomicU64::new(0),
+            progress: AtomicU32::new(0),
+            waiting: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// The writer's fd for use while the caller holds the `inflight` guard it passes; `None`
+    /// once the writer has closed (or is closing) its file.
+    fn live_fd(&self, inflight: &Inflight) -> Option<LiveFd> {
+        (!inflight.closed).then_some(LiveFd(self.fd))
+    }
+
+    /// Keeps the first error; later ones add nothing (the first is the cause).
+    fn set_error(&self, e: &io::Error, what: String) {
+        let mut slot = lock(&self.error);
+        if slot.is_none() {
+            *slot = Some(StoredError {
+                kind: e.kind(),
+                message: format!("{what}: {e}"),
+            });
+        }
+        drop(slot);
+        // Release: pairs with the Acquire load in check_error, which then finds `error` set.
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn check_error(&self) -> io::Result<()> {
+        // Acquire: pairs with the Release store in set_error.
+        if !self.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match &*lock(&self.error) {
+            Some(e) => Err(io::Error::new(e.kind, e.message.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a write of `len > 0` bytes at `offset`; returns the dirty bytes now in flight and
+    /// whether the flusher should be kicked (a batch has accumulated).
+    fn record(&self, offset: u64, len: u64) -> (u64, bool) {
+        let range = Range::of_write(offset, len);
+        let batch = kick_batch(self.window.load(Ordering::Relaxed));
+        // Relaxed: a counter; the window wait (wait_for_window) orders its own loads.
+        let dirty = self.dirty.fetch_add(len, Ordering::Relaxed) + len;
+        let mut p = lock(&self.pending);
+        if !p
+            .ranges
+            .last_mut()
+            .is_some_and(|last| last.try_merge(&range))
+        {
+            p.ranges.push(range);
+        }
+        p.unkicked += len;
+        let kick = p.unkicked >= batch;
+        if kick {
+            p.unkicked = 0;
+        }
+        (dirty, kick)
+    }
+
+    /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
+    /// started, waited for and dropped a piece at a time, so a waiting writer resumes after one
+    /// piece rather than after everything it wrote since the flusher last looked.
+    fn take_pending(&self) -> Vec<Range> {
+        let mut p = lock(&self.pending);
+        p.unkicked = 0;
+        let ranges = std::mem::take(&mut p.ranges);
+        drop(p);
+        coalesce(ranges)
+            .into_iter()
+            .flat_map(|r| r.split(MAX_FOLIO))
+            .collect()
+    }
+
+    /// Starts writeback of `r` and queues it.
+    fn submit(&self, fd: LiveFd, inflight: &mut Inflight, r: Range) {
+        if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
+            self.set_error(
+                &e,
+                format!("starting writeback of bytes {}..{}", r.start, r.end),
+            );
+        }
+        inflight.bytes += r.len();
+        inflight.ranges.push_back(r);
+    }
+
+    /// Waits for the writeback of the oldest queued range, drops it from the cache, and tells a
+    /// waiting writer.
+    fn complete_oldest(&self, fd: LiveFd, inflight: &mut Inflight) -> bool {
+        let Some(r) = inflight.ranges.pop_front() else {
+            return false;
+        };
+        inflight.bytes -= r.len();
+        if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+            self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+        }
+        self.drop_range(fd, r);
+        true
+    }
+
+    /// Drops a written-back range from the cache and from the dirty count; wakes the writer if it
+    /// waits for room in its window.
+    fn drop_range(&self, fd: LiveFd, r: Range) {
+        // Fails only for a bad fd or a non-regular file, both excluded when the writer was made;
+        // a failure would leave pages cached, never lose data.
+        let _ = sys::fadvise_dontneed(&fd, r.start, r.len());
+        // SeqCst: with the SeqCst store of `waiting` and load of `dirty` in wait_for_window, and
+        // the SeqCst load of `waiting` below, this is a store-load (Dekker) handshake: either the
+        // writer sees the new count or we see it waiting.
+        self.dirty.fetch_sub(r.charged, Ordering::SeqCst);
+        // Release: pairs with the Acquire load of `progress` in wait_for_window (and the futex).
+        self.progress.fetch_add(1, Ordering::Release);
+        // SeqCst: the other half of the handshake described above.
+        if self.waiting.load(Ordering::SeqCst) {
+            sys::futex_wake_all(&self.progress);
+        }
+    }
+
+    /// One round of the flusher for this writer: start writeback of everything pending, then
+    /// complete the oldest ranges down to half a window (or all of them when the writer has paused),
+    /// at most half a window per round so that other writers get their turn. Returns whether it
+    /// did anything.
+    fn service(&self) -> bool {
+        let Ok(mut inflight) = self.inflight.try_lock() else {
+            return false; // sync or drop is draining this writer itself
+        };
+        let Some(fd) = self.live_fd(&inflight) else {
+            return false; // the writer is gone
+        };
+        let fresh = self.take_pending();
+        let got_fresh = !fresh.is_empty();
+        for r in fresh {
+            self.submit(fd, &mut inflight, r);
+        }
+        let half = self.window.load(Ordering::Relaxed) / 2;
+        let target = if got_fresh { half } else { 0 };
+        let mut completed = 0;
+        while inflight.bytes > target && completed < half.max(1) {
+            completed += inflight.ranges.front().map_or(0, Range::len);
+            self.complete_oldest(fd, &mut inflight);
+        }
+        got_fresh || completed > 0
+    }
+
+    /// Writes out and drops everything this writer dirtied, on the caller's thread. With
+    /// `fdatasync`, also waits for the file's data and size to be durable.
+    fn drain(&self, file: &File, fdatasync: bool) -> io::Result<()> {
+        let mut inflight = lock(&self.inflight);
+        let fd = LiveFd(file.as_raw_fd());
+        for r in self.take_pending() {
+            inflight.bytes += r.len();
+            inflight.ranges.push_back(r);
+        }
+        let synced = if fdatasync { file.sync_data() } else { Ok(()) };
+        while let Some(r) = inflight.ranges.pop_front() {
+            inflight.bytes -= r.len();
+            if !fdatasync {
+                if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+                    self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+                }
+            }
+            self.drop_range(fd, r);
+        }
+        if let Err(e) = &synced {
+            self.set_error(e, "fdatasync".to_string());
+        }
+        synced
+    }
+}
+
+/// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
+/// to a power of two, at least 64 KiB, at most 2 MiB.
+fn kick_batch(window: u64) -> u64 {
+    let b = (window / 16).clamp(64 << 10, 2 << 20);
+    1 << (63 - b.leading_zeros())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The process-wide flusher
+// ---------------------------------------------------------------------------------------------
+
+/// One thread for every fallback writer of the process, as the kernel has one flusher per
+/// device.
+struct Flusher {
+    /// Coalescing kick flag and futex word: 1 when work was announced since the flusher last
+    /// looked. Writers set it; only a 0 -> 1 transition wakes the thread.
+    kick: AtomicU32,
+    writers: Mutex<Vec<Weak<Shared>>>,
+}
+
+static FLUSHER: Flusher = Flusher {
+    kick: AtomicU32::new(0),
+    writers: Mutex::new(Vec::new()),
+};
+
+/// Starts the flusher thread once; every later call returns the first outcome.
+fn start_flusher() -> io::Result<()> {
+    static STARTED: OnceLock<Result<(), io::ErrorKind>> = OnceLock::new();
+    let outcome = STARTED.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("pagepipe-flush".into())
+            .spawn(|| FLUSHER.run())
+            .map(drop)
+            .map_err(|e| e.kind())
+    });
+    outcome.map_err(|kind| io::Error::new(kind, "cannot start the dontcache flusher thread"))
+}
+
+impl Flusher {
+    fn register(&self, shared: &Arc<Shared>) -> io::Result<()> {
+        start_flusher()?;
+        lock(&self.writers).push(Arc::downgrade(shared));
+        Ok(())
+    }
+
+    /// Announces work; many kicks before the flusher looks cost one wake-up.
+    fn kick(&self) {
+        // Release: pairs with the Acquire swap in `run`, so the flusher sees what was recorded
+        // before the kick.
+        if self.kick.swap(1, Ordering::Release) == 0 {
+            sys::futex_wake_all(&self.kick);
+        }
+    }
+
+    /// Live writers, pruning dropped ones.
+    fn snapshot(&self) -> Vec<Arc<Shared>> {
+        let mut writers = lock(&self.writers);
+        writers.retain(|w| w.strong_count() > 0);
+        writers.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn run(&self) -> ! {
+        loop {
+            // Acquire: pairs with the Release swap in `kick`.
+            let kicked = self.kick.swap(0, Ordering::Acquire) == 1;
+            let writers = self.snapshot();
+            let mut busy = false;
+            for w in &writers {
+                busy |= w.service();
+            }
+            let idle = writers.is_empty();
+            drop(writers);
+            if !busy && !kicked {
+                // A kick between the swap above and this wait changed the word: no sleep.
+                let timeout = if idle { None } else { Some(FLUSHER_TICK) };
+                sys::futex_wait(&self.kick, 0, timeout);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+/// A file writer that leaves no page cache behind: [`io::Write`] + [`io::Seek`] and positional
+/// [`Writer::write_at`]. See the [module docs](self) for how.
+///
+/// ```
+/// use std::io::{Seek, SeekFrom, Write};
+/// use pagepipe::dontcache::{Mode, Writer};
+///
+/// let path = std::env::temp_dir().join(format!("dontcache-writer-doc-{}", std::process::id()));
+/// let file = std::fs::File::create(&path)?;
+/// let mut w = Writer::with_mode(file, Mode::Fallback)?.with_window(4 << 20);
+/// w.write_at(b"world", 6)?;
+/// w.write_all(b"hello ")?; // at the cursor, 0
+/// w.seek(SeekFrom::End(0))?;
+/// w.write_all(b"!")?;
+/// let stats = w.finish()?;
+/// assert_eq!(std::fs::read(&path)?, b"hello world!");
+/// assert_eq!(stats.mode, Mode::Fallback);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Writer {
+    /// Owned here, not in `Shared`, so that it is closed in the writer's thread when the writer
+    /// goes (see `Inflight::closed`).
+    file: File,
+    shared: Arc<Shared>,
+    /// Auto until the first non-empty write, then Kernel or Fallback.
+    mode: Mode,
+    pos: u64,
+    bytes_written: u64,
+    peak_dirty: u64,
+    waits: u64,
+    /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
+    next_sample: u64,
+    registered: bool,
+    /// Set by finish: Drop has nothing left to do.
+    finished: bool,
+}
+
+// A writer may move to another thread (its flusher state is shared through an Arc).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Writer>();
+    assert_send::<Reader>();
+};
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("mode", &self.mode)
+            .field("pos", &self.pos)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Creates (or truncates) the file at `path` and writes it in [`Mode::Auto`].
+    ///
+    /// # Errors
+    /// Those of [`File::create`].
+    pub fn create(path: impl AsRef<Path>) -> io::Result<Writer> {
+        Writer::with_mode(File::create(path)?, Mode::Auto)
+    }
+
+    /// Writes `file` (opened for writing, not `O_DIRECT`, not append-only) in `mode`, starting at
+    /// offset 0. [`Mode::Kernel`] learns whether the file supports `RWF_DONTCACHE` only with the
+    /// first write, which then fails with [`io::ErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file; the OS's error if the
+    /// flusher thread cannot be started.
+    pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
+        check_regular(&file)?;
+        let mut w = Writer {
+            shared: Arc::new(Shared::new(file.as_raw_fd())),
+            file,
+            mode,
+            pos: 0,
+            bytes_written: 0,
+            peak_dirty: 0,
+            waits: 0,
+            next_sample: 0,
+            registered: false,
+            finished: false,
+        };
+        if mode == Mode::Fallback {
+            w.register()?;
+        }
+        Ok(w)
+    }
+
+    /// Sets the bound on dirty data in flight (fallback mode; in kernel mode it only sets how
+    /// often dirty pages are sampled for [`Stats::peak_dirty_bytes`]). Values below
+    /// [`MIN_WINDOW`] are raised to it. Default [`DEFAULT_WINDOW`].
+    pub fn with_window(self, bytes: usize) -> Writer {
+        let window = bytes.max(MIN_WINDOW) as u64;
+        self.shared.window.store(window, Ordering::Relaxed);
+        self
+    }
+
+    /// The window in bytes (see [`Writer::with_window`]).
+    pub fn window(&self) -> usize {
+        self.shared.window.load(Ordering::Relaxed) as usize
+    }
+
+    /// The mode in use: [`Mode::Auto`] until the first non-empty write has probed the file.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The file being written.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            bytes_written: self.bytes_written,
+            mode: self.mode,
+            peak_dirty_bytes: self.peak_dirty,
+            writeback_waits: self.waits,
+        }
+    }
+
+    fn register(&mut self) -> io::Result<()> {
+        if !self.registered {
+            FLUSHER.register(&self.shared)?;
+            self.registered = true;
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `offset`, leaving the cursor alone, like `pwrite(2)`: returns how many
+    /// bytes were written, possibly fewer than `buf.len()`.
+    ///
+    /// # Errors
+    /// The write's own error (for example [`io::ErrorKind::StorageFull`]); a kept error of earlier
+    /// writeback; [`io::ErrorKind::Unsupported`] for the first write in [`Mode::Kernel`] on a file
+    /// without `RWF_DONTCACHE`.
+    pub fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.shared.check_error()?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = match self.mode {
+            Mode::Kernel => self.write_kernel(buf, offset)?,
+            Mode::Fallback => self.write_fallback(buf, offset)?,
+            Mode::Auto => self.write_probe(buf, offset)?,
+        };
+        self.bytes_written += n as u64;
+        Ok(n)
+    }
+
+    /// Writes all of `buf` at `offset` (repeating short writes).
+    ///
+    /// # Errors
+    /// As [`Writer::write_at`]; [`io::ErrorKind::WriteZero`] if a write makes no progress.
+    pub fn write_all_at(&mut self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "dontcache write made no progress",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The first non-empty write in Auto mode: try the flag, settle the mode.
+    fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+            Ok(n) => {
+                self.mode = Mode::Kernel;
+                self.after_kernel_write(n);
+                Ok(n)
+            }
+            Err(e) if is_unsupported(&e) => {
+                self.register()?;
+                self.mode = Mode::Fallback;
+                self.write_fallback(buf, offset)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let n = match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
+            Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
+            Err(e) => return Err(e),
+        };
+        self.after_kernel_write(n);
+        Ok(n)
+    }
+
+    /// Kernel mode: samples the file's dirty pages once per window of writes.
+    fn after_kernel_write(&mut self, n: usize) {
+        let written = self.bytes_written + n as u64;
+        if written < self.next_sample {
+            return;
+        }
+        self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
+        if let Ok(cs) = sys::cachestat(&self.file, 0, 0) {
+            self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
+        }
+    }
+
+    fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let n = self.file.write_at(buf, offset)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let (dirty, kick) = self.shared.record(offset, n as u64);
+        self.peak_dirty = self.peak_dirty.max(dirty);
+        if kick {
+            FLUSHER.kick();
+        }
+        if dirty > self.shared.window.load(Ordering::Relaxed) {
+            self.wait_for_window();
+        }
+        Ok(n)
+    }
+
+    /// Sleeps until the flusher has brought the dirty data in flight back within the window (or
+    /// failed). Never writes anything back itself.
+    fn wait_for_window(&mut self) {
+        self.waits += 1;
+        FLUSHER.kick();
+        let s = &*self.shared;
+        loop {
+            // Acquire: pairs with the Release increment in Shared::drop_range.
+            let seen = s.progress.load(Ordering::Acquire);
+            // SeqCst: store-load handshake with Shared::drop_range (see there).
+            s.waiting.store(true, Ordering::SeqCst);
+            // SeqCst: as above.
+            let dirty = s.dirty.load(Ordering::SeqCst);
+            // Acquire: pairs with the Release store in Shared::set_error.
+            if dirty <= s.window.load(Ordering::Relaxed) || s.failed.load(Ordering::Acquire) {
+                break;
+            }
+            sys::futex_wait(&s.progress, seen, Some(WINDOW_RECHECK));
+        }
+        s.waiting.store(false, Ordering::Relaxed);
+    }
+
+    /// Makes everything written so far durable (`fdatasync(2)`) and, in fallback mode, drops it
+    /// from the page cache. Waits on the caller's thread.
+    ///
+    /// # Errors
+    /// A kept error of earlier writeback, or `fdatasync`'s error (which is then kept too).
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.shared.check_error()?;
+        if self.mode == Mode::Fallback {
+            self.shared.drain(&self.file, true)?;
+        } else if let Err(e) = self.file.sync_data() {
+            self.shared.set_error(&e, "fdatasync".to_string());
+            return Err(e);
+        }
+        self.shared.check_error()
+    }
+
+    /// [`Writer::sync`]s, closes the file and returns what the writer did.
+    ///
+    /// # Errors
+    /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
+    pub fn finish(mut self) -> io::Result<Stats> {
+        let synced = self.sync();
+        self.finished = true;
+        synced.map(|()| self.stats())
+    }
+}
+
+impl Write for Writer {
+    /// Writes at the cursor and advances it; see [`Writer::write_at`].
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.write_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Reports a kept writeback error and, in fallback mode, asks the flusher to start writing
+    /// back now. Not a durability point: that is [`Writer::sync`].
+    fn flush(&mut self) -> io::Result<()> {
+        if self.mode == Mode::Fallback {
+            FLUSHER.kick();
+        }
+        self.shared.check_error()
+    }
+}
+
+impl Seek for Writer {
+    /// Moves the cursor for [`Write::write`]; `SeekFrom::End` is relative to the file's current
+    /// size.
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let (base, delta) = match pos {
+            SeekFrom::Start(n) => (n, 0),
+            SeekFrom::Current(d) => (self.pos, d),
+            SeekFrom::End(d) => (self.file.metadata()?.len(), d),
+        };
+        let new = base.checked_add_signed(delta).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {base} + {delta} is out of range"),
+            )
+        })?;
+        self.pos = new;
+        Ok(new)
+    }
+}
+
+impl Drop for Writer {
+    /// Writes back and drops what this writer left dirty, ignoring errors (best effort, as
+    /// dropping a [`File`] is); call [`Writer::finish`] to see them.
+    fn drop(&mut self) {
+        if !self.finished && self.mode == Mode::Fallback {
+            let _ = self.shared.drain(&self.file, false);
+        }
+        // From here on the flusher leaves the fd alone; the File closes when this returns.
+        lock(&self.shared.inflight).closed = true;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading without caching
+// ---------------------------------------------------------------------------------------------
+
+/// A file reader that drops what it reads from the page cache: `preadv2(2)` with
+/// `RWF_DONTCACHE` where the file supports it, otherwise a buffered read followed by
+/// `POSIX_FADV_DONTNEED` on the pages read.
+///
+/// The fallback drops the pages it read even if they were cached before, and leaves what the
+/// kernel read ahead past the last read (at most one readahead window).
+///
+/// ```
+/// use std::io::Read;
+/// use pagepipe::dontcache::Reader;
+///
+/// let path = std::env::temp_dir().join(format!("dontcache-reader-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![3u8; 100_000])?;
+/// let mut bytes = Vec::new();
+/// Reader::open(&path)?.read_to_end(&mut bytes)?;
+/// assert_eq!(bytes, vec![3u8; 100_000]);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Reader {
+    file: File,
+    mode: Mode,
+    pos: u64,
+    /// Fallback: pages read and not yet dropped, page aligned (`start..end`, empty when equal).
+    /// Dropped up to the last [`MAX_FOLIO`] boundary as reads go on (a large folio is dropped only
+    /// once it lies wholly inside the range), the rest when the reads jump elsewhere, reach the
+    /// end of the file, or the reader is dropped.
+    undropped: std::ops::Range<u64>,
+}
+
+impl Reader {
+    /// Opens `path` for reading in [`Mode::Auto`].
+    ///
+    /// # Errors
+    /// Those of [`File::open`]; [`io::ErrorKind::InvalidInput`] if it is not a regular file.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<Reader> {
+        Reader::with_mode(File::open(path)?, Mode::Auto)
+    }
+
+    /// Reads `file` in `mode`, from offset 0.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file.
+    pub fn with_mode(file: File, mode: Mode) -> io::Result<Reader> {
+        check_regular(&file)?;
+        Ok(Reader {
+            file,
+            mode,
+            pos: 0,
+            undropped: 0..0,
+        })
+    }
+
+    /// The mode in use: [`Mode::Auto`] until the first non-empty read.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Reads into `buf` from `offset`, leaving the cursor alone, like `pread(2)`; 0 at end of file.
+    ///
+    /// # Errors
+    /// The read's error; [`io::ErrorKind::Unsupported`] for the first read in [`Mode::Kernel`] on a
+    /// file without `RWF_DONTCACHE`.
+    pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        match self.mode {
+            Mode::Fallback => self.read_fallback(buf, offset),
+            Mode::Kernel => {
+                sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE).map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                        unsupported(e)
+                    } else {
+                        e
+                    }
+                })
+            }
+            Mode::Auto => match sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+                Ok(n) => {
+                    self.mode = Mode::Kernel;
+                    Ok(n)
+                }
+                Err(e) if is_unsupported(&e) => {
+                    self.mode = Mode::Fallback;
+                    self.read_fallback(buf, offset)
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    fn read_fallback(&mut self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = self.file.read_at(buf, offset)?;
+        if n == 0 {
+            self.drop_undropped(u64::MAX);
+            return Ok(0);
+        }
+        let r = Range::of_write(offset, n as u64);
+        let contiguous = r.start <= self.undropped.end && r.end >= self.undropped.start;
+        if !contiguous {
+            self.drop_undropped(u64::MAX);
+            self.undropped = r.start..r.end;
+        } else {
+            self.undropped = self.undropped.start.min(r.start)..self.undropped.end.max(r.end);
+        }
+        let boundary = self.undropped.end / MAX_FOLIO * MAX_FOLIO;
+        self.drop_undropped(boundary);
+        Ok(n)
+    }
+
+    /// Drops the undropped pages below `upto` (all of them for `u64::MAX`).
+    fn drop_undropped(&mut self, upto: u64) {
+        let end = self.undropped.end.min(upto);
+        if end > self.undropped.start {
+            // Only fails for a bad fd or a non-regular file (excluded at creation).
+            let _ =
+                sys::fadvise_dontneed(&self.file, self.undropped.start, end - self.undropped.start);
+            self.undropped.start = end;
+        }
+    }
+}
+
+impl Drop for Reader {
+    /// Drops what the last reads left in the cache.
+    fn drop(&mut self) {
+        self.drop_undropped(u64::MAX);
+    }
+}
+
+impl io::Read for Reader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Reader {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let (base, delta) = match pos {
+            SeekFrom::Start(n) => (n, 0),
+            SeekFrom::Current(d) => (self.pos, d),
+            SeekFrom::End(d) => (self.file.metadata()?.len(), d),
+        };
+        let new = base.checked_add_signed(delta).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("seek to {base} + {delta} is out of range"),
+            )
+        })?;
+        self.pos = new;
+        Ok(new)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Page-cache inspection
+// ---------------------------------------------------------------------------------------------
+
+/// How many bytes of `file` are in the page cache now: `cachestat(2)` where the kernel has it
+/// (Linux 6.5), else `mincore(2)` on a read-only mapping of the file.
+///
+/// ```
+/// let path = std::env::temp_dir().join(format!("dontcache-cached-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 1 << 20])?;
+/// let file = std::fs::File::open(&path)?;
+/// file.sync_all()?;
+/// pagepipe::dontcache::drop_cache(&file)?;
+/// assert!(pagepipe::dontcache::cached_bytes(&file)? < 1 << 20);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// The OS's error from `cachestat` (other than `ENOSYS`), `fstat`, `mmap` or `mincore`.
+pub fn cached_bytes(file: &File) -> io::Result<u64> {
+    cached_bytes_in(file, 0..u64::MAX)
+}
+
+/// How many bytes of the pages of `range` of `file` are in the page cache now (see
+/// [`cached_bytes`]). The range is clipped to the file's size where `mincore` is used.
+///
+/// # Errors
+/// As [`cached_bytes`].
+pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u64> {
+    let start = range.start & !(PAGE - 1);
+    let len = if range.end == u64::MAX {
+        0
+    } else {
+        range.end.saturating_sub(start)
+    };
+    match sys::cachestat(file, start, len) {
+        Ok(cs) => Ok(cs.nr_cache * PAGE),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let size = file.metadata()?.len();
+            let end = range.end.min(size);
+            let total = sys::file_resident_pages(file, end)?;
+            let before = sys::file_resident_pages(file, start.min(end))?;
+            Ok((total - before) * PAGE)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops `file`'s clean pages from the page cache (`posix_fadvise(2)`, `POSIX_FADV_DONTNEED` on
+/// the whole file). Dirty pages stay: sync first. Meant for files you own (benchmarks drop their
+/// own files between runs this way, never the whole machine's cache).
+///
+/// # Errors
+/// The OS's error, e.g. `ESPIPE` for a pipe.
+pub fn drop_cache(file: &File) -> io::Result<()> {
+    sys::fadvise_dontneed(file, 0, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_round_to_pages_and_merge() {
+        let r = Range::of_write(4095, 2);
+        assert_eq!((r.start, r.end, r.charged), (0, 8192, 2));
+        let mut a = Range::of_write(0, 4096);
+        assert!(a.try_merge(&Range::of_write(4096, 10)));
+        assert_eq!((a.start, a.end, a.charged), (0, 8192, 4106));
+        assert!(!a.try_merge(&Range::of_write(3 * 4096, 1)));
+        let merged = coalesce(vec![
+            Range::of_write(8192, 4096),
+            Range::of_write(0, 4096),
+            Range::of_write(1 << 20, 1),
+        ]);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(
+            (merged[0].start, merged[0].end, merged[0].charged),
+            (0, 4096, 4096)
+        );
+        assert_eq!(merged[1].start, 8192);
+        assert_eq!(merged[2].start, 1 << 20);
+        let merged = coalesce(vec![Range::of_write(4096, 4096), Range::of_write(0, 4096)]);
+        assert_eq!(
+            (merged[0].start, merged[0].end, merged[0].charged),
+            (0, 8192, 8192)
+        );
+    }
+
+    #[test]
+    fn a_writeback_error_is_kept_and_reported_everywhere() {
+        let path =
+            std::env::temp_dir().join(format!("pagepipe-dontcache-sticky-{}", std::process::id()));
+        let mut w = Writer::with_mode(File::create(&path).unwrap(), Mode::Fallback).unwrap();
+        w.write_all(b"before").unwrap();
+        let eio = io::Error::from_raw_os_error(libc::EIO);
+        w.shared
+            .set_error(&eio, "writeback of bytes 0..4096".to_string());
+        w.shared.set_error(
+            &io::Error::from_raw_os_error(libc::ENOSPC),
+            "later".to_string(),
+        );
+        let e = w.write(b"after").unwrap_err();
+        assert_eq!(e.raw_os_error(), None);
+        assert!(e.to_string().contains("writeback of bytes 0..4096"), "{e}");
+        assert_eq!(e.kind(), eio.kind());
+        assert_eq!(w.flush().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.sync().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.finish().unwrap_err().kind(), eio.kind());
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn split_shares_the_charge() {
+        let r = Range {
+            start: PAGE,
+            end: 10 * PAGE,
+            charged: 9 * PAGE - 1,
+        };
+        let parts: Vec<Range> = r.split(4 * PAGE).collect();
+        assert_eq!(parts.len(), 3);
+        assert_eq!((parts[0].start, parts[0].end), (PAGE, 4 * PAGE));
+        assert_eq!((parts[1].start, parts[1].end), (4 * PAGE, 8 * PAGE));
+        assert_eq!((parts[2].start, parts[2].end), (8 * PAGE, 10 * PAGE));
+        assert_eq!(parts.iter().map(|p| p.charged).sum::<u64>(), r.charged);
+        assert_eq!(Range::of_write(0, 1).split(4 * PAGE).count(), 1);
+    }
+
+    #[test]
+    fn kick_batch_is_clamped() {
+        assert_eq!(kick_batch(32 << 20), 2 << 20);
+        assert_eq!(kick_batch(1 << 30), 2 << 20);
+        assert_eq!(kick_batch(256 << 10), 64 << 10);
+        assert_eq!(kick_batch(3 << 20), 128 << 10);
+    }
+}

@@ -1,0 +1,454 @@
+//! The dontcache writer: data reads back identical in every mode, nothing stays cached, the
+//! window holds, errors (ENOSPC on a small filesystem) reach the caller.
+
+use pagepipe::dontcache::{self, Mode, Reader, Writer, MIN_WINDOW};
+use proptest::prelude::*;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh path under the temp dir, unique in this process.
+fn temp_path(what: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "pagepipe-dontcache-{what}-{}-{n}",
+        std::process::id()
+    ))
+}
+
+/// Removes a file on drop.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn rw_file(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap()
+}
+
+/// Whether the temp dir's filesystem takes RWF_DONTCACHE (Kernel mode is tested only there).
+fn kernel_mode_supported() -> bool {
+    let t = TempFile(temp_path("probe"));
+    let mut w = Writer::with_mode(rw_file(&t.0), Mode::Kernel).unwrap();
+    match w.write_all(b"probe") {
+        Ok(()) => true,
+        Err(e) => {
+            assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+            eprintln!(
+                "note: RWF_DONTCACHE is unsupported on {}: Kernel mode not tested",
+                std::env::temp_dir().display()
+            );
+            false
+        }
+    }
+}
+
+fn modes() -> Vec<Mode> {
+    let mut m = vec![Mode::Auto, Mode::Fallback];
+    if kernel_mode_supported() {
+        m.push(Mode::Kernel);
+    }
+    m
+}
+
+/// Reads the whole file through a dontcache Reader in `mode`, in odd-sized chunks.
+fn read_back(path: &Path, mode: Mode) -> Vec<u8> {
+    let mut r = Reader::with_mode(File::open(path).unwrap(), mode).unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 12_345];
+    loop {
+        let n = r.read(&mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Random positional writes (overlapping, unaligned, with holes), then sync: the file equals a
+    /// model, in every mode, read back with both read modes.
+    #[test]
+    fn random_write_at_reads_back_identical(
+        ops in prop::collection::vec((0u64..(1 << 20), 1usize..(96 << 10), any::<u8>()), 1..24),
+        mode_pick in 0usize..3,
+    ) {
+        let modes = modes();
+        let mode = modes[mode_pick % modes.len()];
+        let t = TempFile(temp_path("prop"));
+        let mut model: Vec<u8> = Vec::new();
+        let mut w = Writer::with_mode(rw_file(&t.0), mode).unwrap().with_window(MIN_WINDOW);
+        for (i, &(offset, len, seed)) in ops.iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|j| seed.wrapping_add((j as u8).wrapping_mul(31)).wrapping_add(i as u8)).collect();
+            w.write_all_at(&data, offset).unwrap();
+            let end = offset as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[offset as usize..end].copy_from_slice(&data);
+        }
+        w.sync().unwrap();
+        let stats = w.finish().unwrap();
+        prop_assert_eq!(stats.bytes_written, ops.iter().map(|o| o.1 as u64).sum::<u64>());
+        prop_assert_ne!(stats.mode, Mode::Auto);
+        let want = fnv1a(&model);
+        for read_mode in [Mode::Auto, Mode::Fallback] {
+            let got = read_back(&t.0, read_mode);
+            prop_assert_eq!(got.len(), model.len());
+            prop_assert_eq!(fnv1a(&got), want, "mode {:?} read {:?}", mode, read_mode);
+        }
+    }
+}
+
+#[test]
+fn sequential_writes_leave_no_page_cache() {
+    const TOTAL: usize = 16 << 20;
+    for mode in modes() {
+        let t = TempFile(temp_path("seq"));
+        let mut w = Writer::with_mode(rw_file(&t.0), mode).unwrap();
+        let block = vec![0x5au8; 1 << 20];
+        for _ in 0..TOTAL / block.len() {
+            w.write_all(&block).unwrap();
+        }
+        let stats = w.finish().unwrap();
+        assert_eq!(stats.bytes_written, TOTAL as u64);
+        let file = File::open(&t.0).unwrap();
+        let cached = dontcache::cached_bytes(&file).unwrap();
+        assert!(
+            cached <= TOTAL as u64 / 100,
+            "{mode:?} ({:?}) left {cached} of {TOTAL} bytes cached",
+            stats.mode
+        );
+        assert_eq!(
+            fnv1a(&read_back(&t.0, Mode::Auto)),
+            fnv1a(&vec![0x5au8; TOTAL])
+        );
+    }
+}
+
+#[test]
+fn reads_leave_little_page_cache() {
+    const TOTAL: usize = 8 << 20;
+    let t = TempFile(temp_path("read"));
+    std::fs::write(&t.0, vec![6u8; TOTAL]).unwrap();
+    let file = File::open(&t.0).unwrap();
+    file.sync_all().unwrap();
+    let mut read_modes = vec![Mode::Fallback, Mode::Auto];
+    if kernel_mode_supported() {
+        read_modes.push(Mode::Kernel);
+    }
+    for mode in read_modes {
+        dontcache::drop_cache(&file).unwrap();
+        assert_eq!(read_back(&t.0, mode), vec![6u8; TOTAL]);
+        // What the kernel read ahead past the last read may stay: at most a readahead window.
+        let cached = dontcache::cached_bytes(&file).unwrap();
+        assert!(
+            cached <= 1 << 20,
+            "{mode:?} read left {cached} of {TOTAL} bytes cached"
+        );
+    }
+}
+
+#[test]
+fn small_windows_still_drop_large_folios() {
+    // Sequential 1 MiB writes make large folios; a small window must still drop all of them.
+    for window in [MIN_WINDOW, 1 << 20, 8 << 20] {
+        let t = TempFile(temp_path("folio"));
+        let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+            .unwrap()
+            .with_window(window);
+        let block = vec![0x33u8; 1 << 20];
+        for _ in 0..32 {
+            w.write_all(&block).unwrap();
+        }
+        w.finish().unwrap();
+        let cached = dontcache::cached_bytes(&File::open(&t.0).unwrap()).unwrap();
+        assert!(
+            cached <= (32 << 20) / 100,
+            "window {window}: {cached} of 32 MiB stayed cached"
+        );
+    }
+}
+
+#[test]
+fn fallback_drops_only_what_it_wrote() {
+    let t = TempFile(temp_path("own"));
+    // The first MiB is cached by an ordinary buffered write before the writer starts.
+    std::fs::write(&t.0, vec![1u8; 1 << 20]).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&t.0)
+        .unwrap();
+    file.sync_all().unwrap();
+    let before = dontcache::cached_bytes_in(&file, 0..1 << 20).unwrap();
+    let mut w = Writer::with_mode(file.try_clone().unwrap(), Mode::Fallback).unwrap();
+    w.write_all_at(&vec![2u8; 4 << 20], 1 << 20).unwrap();
+    w.finish().unwrap();
+    assert_eq!(
+        dontcache::cached_bytes_in(&file, 0..1 << 20).unwrap(),
+        before,
+        "pages cached before were dropped"
+    );
+    let left = dontcache::cached_bytes_in(&file, 1 << 20..5 << 20).unwrap();
+    assert!(
+        left <= 64 << 10,
+        "{left} bytes of the 4 MiB written stayed cached"
+    );
+}
+
+#[test]
+fn fallback_window_bounds_dirty_data() {
+    let t = TempFile(temp_path("window"));
+    let window = 1 << 20;
+    let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+        .unwrap()
+        .with_window(window);
+    assert_eq!(w.window(), window);
+    let block = vec![9u8; 64 << 10];
+    for _ in 0..(16 << 20) / block.len() {
+        w.write_all(&block).unwrap();
+    }
+    let stats = w.finish().unwrap();
+    assert!(
+        stats.peak_dirty_bytes <= (window + block.len()) as u64,
+        "{stats:?}"
+    );
+    assert!(
+        stats.writeback_waits > 0,
+        "16 MiB through a 1 MiB window never waited: {stats:?}"
+    );
+}
+
+#[test]
+fn two_writers_share_the_flusher() {
+    let handles: Vec<_> = (0..2u8)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let t = TempFile(temp_path("pair"));
+                let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+                    .unwrap()
+                    .with_window(2 << 20);
+                for i in 0..64u8 {
+                    w.write_all(&vec![i ^ k; 128 << 10]).unwrap();
+                }
+                w.finish().unwrap();
+                let got = read_back(&t.0, Mode::Fallback);
+                let want: Vec<u8> = (0..64u8).flat_map(|i| vec![i ^ k; 128 << 10]).collect();
+                assert_eq!(fnv1a(&got), fnv1a(&want));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn drop_without_finish_keeps_the_data() {
+    let t = TempFile(temp_path("drop"));
+    {
+        let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback).unwrap();
+        w.write_all(&vec![4u8; 3 << 20]).unwrap();
+    }
+    assert_eq!(std::fs::read(&t.0).unwrap(), vec![4u8; 3 << 20]);
+}
+
+#[test]
+fn kernel_mode_refuses_a_file_without_dontcache() {
+    // tmpfs has no RWF_DONTCACHE; /dev/shm is a tmpfs on most Linux systems.
+    let dir = Path::new("/dev/shm");
+    if !dir.is_dir() {
+        eprintln!("skipping kernel_mode_refuses_a_file_without_dontcache: no /dev/shm");
+        return;
+    }
+    let t = TempFile(dir.join(format!("pagepipe-dontcache-kernel-{}", std::process::id())));
+    let mut w = Writer::with_mode(rw_file(&t.0), Mode::Kernel).unwrap();
+    let e = w.write(b"x").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+    let mut auto = Writer::with_mode(rw_file(&t.0), Mode::Auto).unwrap();
+    auto.write_all(b"y").unwrap();
+    assert_eq!(auto.mode(), Mode::Fallback);
+    auto.finish().unwrap();
+    assert!(Writer::with_mode(File::open("/dev/null").unwrap(), Mode::Auto).is_err());
+}
+
+/// A small filesystem mounted for one test, unmounted (and its mount point removed) on drop.
+struct SmallFs {
+    dir: PathBuf,
+    image: Option<PathBuf>,
+}
+
+impl SmallFs {
+    /// Mounts a tmpfs of 8 MiB, or `None` (with the reason) where mounting is forbidden.
+    fn tmpfs() -> Result<SmallFs, String> {
+        let dir = temp_path("tmpfs-mnt");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&dir)
+            .output();
+        SmallFs::mounted(dir, None, out)
+    }
+
+    /// Makes a 16 MiB ext4 image with mkfs.ext4 (e2fsprogs) and loop-mounts it.
+    fn ext4() -> Result<SmallFs, String> {
+        let image = temp_path("ext4-img");
+        let f = File::create(&image).map_err(|e| e.to_string())?;
+        f.set_len(16 << 20).map_err(|e| e.to_string())?;
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .output();
+        match mkfs {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!("mkfs.ext4 not runnable (install e2fsprogs): {e}"));
+            }
+        }
+        let dir = temp_path("ext4-mnt");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&dir)
+            .output();
+        SmallFs::mounted(dir, Some(image), out)
+    }
+
+    fn mounted(
+        dir: PathBuf,
+        image: Option<PathBuf>,
+        out: io::Result<std::process::Output>,
+    ) -> Result<SmallFs, String> {
+        let fs = SmallFs { dir, image };
+        match out {
+            Ok(o) if o.status.success() => Ok(fs),
+            Ok(o) => {
+                let why = format!(
+                    "mount failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                fs.cleanup(false);
+                Err(why)
+            }
+            Err(e) => {
+                fs.cleanup(false);
+                Err(format!("mount not runnable: {e}"))
+            }
+        }
+    }
+
+    fn cleanup(&self, mounted: bool) {
+        if mounted {
+            // Retry briefly, then detach lazily: a mount must never outlive the test.
+            let unmounted = (0..20).any(|_| {
+                let ok = Command::new("umount")
+                    .arg(&self.dir)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                ok
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(image) = &self.image {
+            let _ = std::fs::remove_file(image);
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        self.cleanup(true);
+    }
+}
+
+/// Fills a small filesystem through a Writer in `mode`: ENOSPC must reach the caller as
+/// StorageFull, from a write, sync or finish, never vanish.
+fn expect_enospc(dir: &Path, mode: Mode) {
+    let path = dir.join(format!("fill-{mode:?}"));
+    let mut w = Writer::with_mode(rw_file(&path), mode)
+        .unwrap()
+        .with_window(MIN_WINDOW);
+    let block = vec![0xeeu8; 256 << 10];
+    let mut err = None;
+    for _ in 0..(64 << 20) / block.len() {
+        if let Err(e) = w.write_all(&block) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = match err {
+        Some(e) => {
+            drop(w); // best effort, must not panic
+            e
+        }
+        None => w.finish().expect_err("64 MiB fit on a 16 MiB filesystem"),
+    };
+    assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{mode:?}: {err}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn enospc_reaches_the_caller_on_tmpfs() {
+    let fs = match SmallFs::tmpfs() {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!(
+                "SKIPPED enospc_reaches_the_caller_on_tmpfs: cannot mount a tmpfs here ({why})"
+            );
+            return;
+        }
+    };
+    for mode in [Mode::Auto, Mode::Fallback] {
+        expect_enospc(&fs.dir, mode);
+    }
+}
+
+#[test]
+fn enospc_reaches_the_caller_on_ext4() {
+    let fs = match SmallFs::ext4() {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!("SKIPPED enospc_reaches_the_caller_on_ext4: cannot loop-mount an ext4 image here ({why})");
+            return;
+        }
+    };
+    for mode in [Mode::Auto, Mode::Kernel, Mode::Fallback] {
+        expect_enospc(&fs.dir, mode);
+    }
+}
