@@ -26,14 +26,18 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod frag;
 mod pipe;
 mod pool;
+mod pressure;
 mod ring;
 mod sync;
 mod sys;
 
 pub use pipe::{ReadChunk, Reader, WriteChunk, Writer, MAX_CAPACITY};
+pub use frag::{Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE};
 pub use pool::PoolPolicy;
+pub use pressure::{shrink, PressureMonitor};
 
 use std::io;
 
@@ -142,6 +146,8 @@ impl Builder {
 
 /// Gives every pipe's spare pages back to the OS now, busy or idle, and returns how many bytes
 /// that released. Data in flight is never touched; a pipe in the middle of a write is skipped.
+/// (Every pool in the process registry is trimmed, so [`FragCache`] spare chunks go too; see
+/// [`shrink`], which is the same call under the name that says so.)
 pub fn shrink_pipes() -> usize {
     #[cfg(not(loom))]
     {
