@@ -4,6 +4,7 @@
 //! With no subcommand it runs the quick suite (about a minute): one table of every transport.
 
 mod common;
+mod frag;
 mod lmbench;
 mod pipe_bench;
 mod quick;
@@ -29,6 +30,8 @@ enum Cmd {
     Bw(lmbench::BwArgs),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between two threads.
     Lat(lmbench::LatArgs),
+    /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
+    Frag(frag::Args),
 }
 
 fn main() {
@@ -38,6 +41,7 @@ fn main() {
         Some(Cmd::Pipe(a)) => pipe_bench::run(&a, cli.json),
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, cli.json),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, cli.json),
+        Some(Cmd::Frag(a)) => frag::run(&a, cli.json),
     };
     if let Err(e) = result {
         eprintln!("pagepipe-bench: {e}");
