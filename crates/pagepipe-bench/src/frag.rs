@@ -53,29 +53,53 @@ const TRANSPORTS: [&str; 5] = ["fragcache", "system", "mimalloc", "bytesmut", "q
 pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
     if a.size == 0 || a.size > 1 << 20 {
-        return Err(invalid(format!("--size {} must be from 1 to 1048576", a.size)));
+        return Err(invalid(format!(
+            "--size {} must be from 1 to 1048576",
+            a.size
+        )));
     }
     if a.align.is_some_and(|al| !al.is_power_of_two() || al > 4096) {
-        return Err(invalid(format!("--align {:?} must be a power of two up to 4096", a.align)));
+        return Err(invalid(format!(
+            "--align {:?} must be a power of two up to 4096",
+            a.align
+        )));
     }
     if a.runs == 0 || a.queue < 2 || !a.queue.is_power_of_two() {
-        return Err(invalid(format!("--runs {} must be positive, --queue {} a power of two >= 2", a.runs, a.queue)));
+        return Err(invalid(format!(
+            "--runs {} must be positive, --queue {} a power of two >= 2",
+            a.runs, a.queue
+        )));
     }
     let (cross, single) = match a.workload.as_str() {
         "both" => (true, true),
         "cross" => (true, false),
         "single" => (false, true),
-        w => return Err(invalid(format!("--workload {w:?} must be cross, single or both"))),
+        w => {
+            return Err(invalid(format!(
+                "--workload {w:?} must be cross, single or both"
+            )))
+        }
     };
-    if !a.chunk_size.is_power_of_two() || !(4096..=pagepipe::MAX_CHUNK_SIZE).contains(&a.chunk_size) {
-        return Err(invalid(format!("--chunk-size {} must be a power of two from 4096 to 1 GiB", a.chunk_size)));
+    if !a.chunk_size.is_power_of_two() || !(4096..=pagepipe::MAX_CHUNK_SIZE).contains(&a.chunk_size)
+    {
+        return Err(invalid(format!(
+            "--chunk-size {} must be a power of two from 4096 to 1 GiB",
+            a.chunk_size
+        )));
     }
     let align = a.align.unwrap_or(1);
-    let workloads: Vec<&str> = [cross.then_some("cross_thread"), single.then_some("single_thread")]
-        .into_iter()
-        .flatten()
-        .collect();
-    let bar = progress((a.runs * workloads.len() * TRANSPORTS.len()) as u64, "frag", json);
+    let workloads: Vec<&str> = [
+        cross.then_some("cross_thread"),
+        single.then_some("single_thread"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let bar = progress(
+        (a.runs * workloads.len() * TRANSPORTS.len()) as u64,
+        "frag",
+        json,
+    );
     // samples[workload][transport] = ns per fragment of each run
     let mut samples = vec![vec![Vec::new(); TRANSPORTS.len()]; workloads.len()];
     // Warm-up, not timed: first-touch page faults, thread start-up, allocator arenas.
@@ -131,7 +155,11 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
                 print_json(&rec);
             }
             let vs = |other: &Summary| {
-                let noise = if s.distinct_from(other) { "" } else { " (noise)" };
+                let noise = if s.distinct_from(other) {
+                    ""
+                } else {
+                    " (noise)"
+                };
                 format!("{:.2}x{noise}", other.median / s.median)
             };
             rows.push(vec![
@@ -140,7 +168,11 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
                 transport.to_string(),
                 fmt_summary(&s, 1),
                 if t == 1 { "1.00x".into() } else { vs(&system) },
-                if t == 2 { "1.00x".into() } else { vs(&mimalloc) },
+                if t == 2 {
+                    "1.00x".into()
+                } else {
+                    vs(&mimalloc)
+                },
             ]);
         }
     }
@@ -149,8 +181,21 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
             "frag: page_frag_test workload, {} runs, align {align}, queue {} (ns per fragment: median [95% CI])",
             a.runs, a.queue
         );
-        print_table(&["workload", "size", "allocator", "ns/frag", "speedup vs system", "vs mimalloc"], &rows);
+        print_table(
+            &[
+                "workload",
+                "size",
+                "allocator",
+                "ns/frag",
+                "speedup vs system",
+                "vs mimalloc",
+            ],
+            &rows,
+        );
         println!("speedup = other's median / this one's; \"(noise)\" = the 95% intervals overlap");
+        if align > 1 {
+            println!("bytesmut ignores --align (BytesMut has no aligned split)");
+        }
     }
 }
 
@@ -202,7 +247,11 @@ impl<A: GlobalAlloc + Sync + 'static> Source for RawSource<A> {
         // SAFETY: `layout` has a non-zero size (sizes are validated to be at least 1).
         let ptr = unsafe { self.0.alloc(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        RawBuf { ptr, layout, alloc: self.0 }
+        RawBuf {
+            ptr,
+            layout,
+            alloc: self.0,
+        }
     }
 }
 
@@ -244,9 +293,22 @@ impl Source for NoSource {
 }
 
 /// ns per fragment of the cross-thread workload for `transport`.
-fn cross_thread(transport: &str, size: usize, align: usize, count: usize, queue: usize, chunk: usize) -> f64 {
+fn cross_thread(
+    transport: &str,
+    size: usize,
+    align: usize,
+    count: usize,
+    queue: usize,
+    chunk: usize,
+) -> f64 {
     match transport {
-        "fragcache" => push_pop(FragSource(FragCache::with_chunk_size(chunk)), size, align, count, queue),
+        "fragcache" => push_pop(
+            FragSource(FragCache::with_chunk_size(chunk)),
+            size,
+            align,
+            count,
+            queue,
+        ),
         "system" => push_pop(RawSource(&SYSTEM), size, align, count, queue),
         "mimalloc" => push_pop(RawSource(&MIMALLOC), size, align, count, queue),
         "bytesmut" => push_pop(BytesSource(BytesMut::new()), size, align, count, queue),
@@ -319,7 +381,10 @@ fn pin_to_cpu(cpu: usize) {
 fn unpin() {
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()).min(libc::CPU_SETSIZE as usize) {
+    for cpu in 0..std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(libc::CPU_SETSIZE as usize)
+    {
         // SAFETY: `cpu` < CPU_SETSIZE and `set` is a valid cpu_set_t.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
@@ -354,7 +419,9 @@ unsafe impl<T: Send> Send for Spsc<T> {}
 impl<T> Spsc<T> {
     fn new(len: usize) -> Spsc<T> {
         Spsc {
-            slots: (0..len).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect(),
+            slots: (0..len)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
             mask: len - 1,
             head: Padded(AtomicUsize::new(0)),
             tail: Padded(AtomicUsize::new(0)),

@@ -40,6 +40,7 @@ const MAX_COUNT: usize = usize::MAX / 2;
 const MAX_SPARE_BYTES: usize = 2 << 20;
 
 /// Spare chunks an idle cache keeps when the background trimmer visits it.
+#[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
 const IDLE_KEEP: usize = 2;
 
 /// Where a chunk's bytes live.
@@ -160,7 +161,9 @@ unsafe fn release(chunk: NonNull<Chunk>) {
     // SAFETY: the chunk is ours alone now (caller's contract) and its header is live.
     let c = unsafe { chunk.as_ref() };
     let owner = &c.owner;
-    owner.released.fetch_add(c.handed.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    owner
+        .released
+        .fetch_add(c.handed.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
     if !c.large {
         let mut spare = owner.spare.lock().unwrap_or_else(|e| e.into_inner());
         if !spare.closed && spare.chunks.len() < spare.max && c.mem.len() == spare.chunk_size {
@@ -195,9 +198,11 @@ struct Spare {
     /// Bumped by every refill that looks at the list; lets the idle trimmer see activity.
     epoch: u64,
     /// `epoch` at the idle trimmer's previous visit.
+    #[cfg_attr(loom, allow(dead_code))] // read only by the trimmer, absent under loom
     seen_epoch: u64,
 }
 
+#[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
 impl Shared {
     /// Takes the chunks to give back: all of them when `force`, else those beyond
     /// [`IDLE_KEEP`] when no refill happened since the previous call.
@@ -222,7 +227,10 @@ impl Shared {
         let victims = self.take_trimmable(force);
         // SAFETY: spare chunks are owned by the list alone (`Spare::chunks` invariant) and we
         // just took them off it.
-        victims.into_iter().map(|c| unsafe { free_chunk(c.0) }).sum()
+        victims
+            .into_iter()
+            .map(|c| unsafe { free_chunk(c.0) })
+            .sum()
     }
 }
 
@@ -418,7 +426,10 @@ impl FragCache {
     /// ```
     #[inline]
     pub fn alloc_aligned(&mut self, len: usize, align: usize) -> Frag {
-        assert!(align.is_power_of_two(), "FragCache::alloc_aligned: align {align} is not a power of two");
+        assert!(
+            align.is_power_of_two(),
+            "FragCache::alloc_aligned: align {align} is not a power of two"
+        );
         let pad = (self.base.as_ptr() as usize + self.offset).wrapping_neg() & (align - 1);
         let remaining = self.size - self.offset;
         if pad < remaining && len.wrapping_sub(1) < remaining - pad {
@@ -448,7 +459,10 @@ impl FragCache {
     /// cache.prepare(1, 10).abort(); // takes nothing
     /// ```
     pub fn prepare(&mut self, min: usize, max: usize) -> FragBuilder<'_> {
-        assert!(min <= max, "FragCache::prepare: min {min} is larger than max {max}");
+        assert!(
+            min <= max,
+            "FragCache::prepare: min {min} is larger than max {max}"
+        );
         let want = if max == 0 { 0 } else { min.max(1) };
         if want > self.size - self.offset {
             if min > self.chunk_size {
@@ -462,18 +476,32 @@ impl FragCache {
         let cap = (self.size - self.offset).min(max);
         // SAFETY: offset <= size, so the pointer stays inside (or one past) the chunk.
         let ptr = unsafe { NonNull::new_unchecked(self.base.as_ptr().add(self.offset)) };
-        FragBuilder { cache: self, ptr, cap, large: None }
+        FragBuilder {
+            cache: self,
+            ptr,
+            cap,
+            large: None,
+        }
     }
 
     /// The cache's counters. Costs one lock of the spare list.
     pub fn stats(&self) -> FragStats {
         let current = match self.cur {
             // SAFETY: the cache holds its bias on the current chunk, so the header is live.
-            Some(c) => unsafe { c.as_ref() }.count.load(Ordering::Relaxed).saturating_sub(self.bias),
+            Some(c) => unsafe { c.as_ref() }
+                .count
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.bias),
             None => 0,
         };
         let released = self.shared.released.load(Ordering::Relaxed);
-        let spare = self.shared.spare.lock().unwrap_or_else(|e| e.into_inner()).chunks.len();
+        let spare = self
+            .shared
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .chunks
+            .len();
         FragStats {
             chunks_allocated: self.chunks_allocated,
             chunks_reused: self.chunks_reused,
@@ -495,7 +523,11 @@ impl FragCache {
         let ptr = unsafe { NonNull::new_unchecked(self.base.as_ptr().add(self.offset)) };
         self.offset += len;
         self.bias -= len;
-        Frag { chunk: self.cur, ptr, len }
+        Frag {
+            chunk: self.cur,
+            ptr,
+            len,
+        }
     }
 
     #[cold]
@@ -504,7 +536,11 @@ impl FragCache {
             return Frag::empty_aligned(align);
         }
         // A fresh chunk starts page aligned: only larger alignments need padding room.
-        let room = if align <= PAGE_SIZE { len } else { len.saturating_add(align - 1) };
+        let room = if align <= PAGE_SIZE {
+            len
+        } else {
+            len.saturating_add(align - 1)
+        };
         if room > self.chunk_size {
             return self.alloc_large(len, align);
         }
@@ -545,7 +581,9 @@ impl FragCache {
         let mem = match map_chunk(self.chunk_size) {
             Ok(m) => m,
             Err(_) => map_chunk(FALLBACK_CHUNK_SIZE).unwrap_or_else(|_| {
-                std::alloc::handle_alloc_error(Layout::from_size_align(FALLBACK_CHUNK_SIZE, PAGE_SIZE).unwrap())
+                std::alloc::handle_alloc_error(
+                    Layout::from_size_align(FALLBACK_CHUNK_SIZE, PAGE_SIZE).unwrap(),
+                )
             }),
         };
         self.shared.mapped.fetch_add(mem.len(), Ordering::Relaxed);
@@ -610,7 +648,11 @@ impl FragCache {
         self.let_go_handed += len as u64;
         // SAFETY: a live allocation's pointer is never null.
         let ptr = unsafe { NonNull::new_unchecked(c.mem.ptr()) };
-        Frag { chunk: Some(chunk), ptr, len }
+        Frag {
+            chunk: Some(chunk),
+            ptr,
+            len,
+        }
     }
 
     /// Allocates the header and zeroed memory of a large allocation; count zero, not counted.
@@ -631,7 +673,12 @@ impl FragCache {
         let chunk = self.new_large(min, 1);
         // SAFETY: just made; nothing else refers to it.
         let ptr = unsafe { NonNull::new_unchecked(chunk.as_ref().mem.ptr()) };
-        FragBuilder { cache: self, ptr, cap: min, large: Some(chunk) }
+        FragBuilder {
+            cache: self,
+            ptr,
+            cap: min,
+            large: Some(chunk),
+        }
     }
 }
 
@@ -677,7 +724,10 @@ pub struct FragBuilder<'a> {
 
 impl fmt::Debug for FragBuilder<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FragBuilder").field("cap", &self.cap).field("large", &self.large.is_some()).finish()
+        f.debug_struct("FragBuilder")
+            .field("cap", &self.cap)
+            .field("large", &self.large.is_some())
+            .finish()
     }
 }
 
@@ -687,7 +737,11 @@ impl FragBuilder<'_> {
     /// # Panics
     /// If `n` is larger than the room offered (`self.len()`).
     pub fn commit(mut self, n: usize) -> Frag {
-        assert!(n <= self.cap, "FragBuilder::commit: {n} bytes committed but only {} prepared", self.cap);
+        assert!(
+            n <= self.cap,
+            "FragBuilder::commit: {n} bytes committed but only {} prepared",
+            self.cap
+        );
         if n == 0 {
             return Frag::empty_aligned(1);
         }
@@ -697,7 +751,11 @@ impl FragBuilder<'_> {
             c.count.store(n, Ordering::Relaxed);
             c.handed.store(n, Ordering::Relaxed);
             self.cache.let_go_handed += n as u64;
-            return Frag { chunk: Some(chunk), ptr: self.ptr, len: n };
+            return Frag {
+                chunk: Some(chunk),
+                ptr: self.ptr,
+                len: n,
+            };
         }
         // SAFETY: 0 < n <= cap <= size - offset (type invariant), and ptr is base + offset.
         unsafe { self.cache.carve(n) }
@@ -768,18 +826,27 @@ impl Frag {
 
     fn empty_aligned(align: usize) -> Frag {
         // A zero-length slice needs only a non-null, aligned address.
-        let ptr = NonNull::new(std::ptr::null_mut::<u8>().wrapping_add(align)).expect("align is non-zero");
-        Frag { chunk: None, ptr, len: 0 }
+        let ptr = NonNull::new(std::ptr::null_mut::<u8>().wrapping_add(align))
+            .expect("align is non-zero");
+        Frag {
+            chunk: None,
+            ptr,
+            len: 0,
+        }
     }
 
     /// Turns the fragment into a read-only handle that is cheap to clone (one atomic add) and
     /// may be shared between threads.
     pub fn freeze(self) -> FrozenFrag {
         let this = std::mem::ManuallyDrop::new(self);
-        FrozenFrag { chunk: this.chunk, ptr: this.ptr, len: this.len }
+        FrozenFrag {
+            chunk: this.chunk,
+            ptr: this.ptr,
+            len: this.len,
+        }
     }
 
-    #[cfg(loom)]
+    #[cfg(all(loom, test))]
     pub(crate) fn loom_write_probe(&self, value: usize) {
         if let Some(c) = self.chunk {
             // SAFETY: a live fragment keeps its chunk's header live.
@@ -856,7 +923,10 @@ impl AsMut<[u8]> for Frag {
 
 impl fmt::Debug for Frag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Frag").field("ptr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("Frag")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -886,7 +956,11 @@ impl Clone for FrozenFrag {
                 std::process::abort(); // billions of clones: the count would overflow
             }
         }
-        FrozenFrag { chunk: self.chunk, ptr: self.ptr, len: self.len }
+        FrozenFrag {
+            chunk: self.chunk,
+            ptr: self.ptr,
+            len: self.len,
+        }
     }
 }
 
@@ -915,7 +989,10 @@ impl AsRef<[u8]> for FrozenFrag {
 
 impl fmt::Debug for FrozenFrag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FrozenFrag").field("ptr", &self.ptr).field("len", &self.len).finish()
+        f.debug_struct("FrozenFrag")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -994,7 +1071,10 @@ mod tests {
         assert_eq!(cache.stats().spare_chunks, 1);
         let _c = cache.alloc(1); // lets go of b's chunk, takes the spare
         let s = cache.stats();
-        assert_eq!((s.chunks_allocated, s.chunks_reused, s.spare_chunks), (2, 1, 0));
+        assert_eq!(
+            (s.chunks_allocated, s.chunks_reused, s.spare_chunks),
+            (2, 1, 0)
+        );
         drop(b);
         assert_eq!(cache.stats().spare_chunks, 1);
         assert_eq!(cache.shared.trim(true), 4096);

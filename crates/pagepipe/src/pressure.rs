@@ -120,7 +120,11 @@ impl PressureMonitor {
         let thread = std::thread::Builder::new()
             .name("pagepipe-psi".into())
             .spawn(move || watch(psi, stop_rx, &c))?;
-        Ok(PressureMonitor { stop, thread: Some(thread), counters })
+        Ok(PressureMonitor {
+            stop,
+            thread: Some(thread),
+            counters,
+        })
     }
 }
 
@@ -164,12 +168,16 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::Unsupported, "{err}");
-        assert!(err.to_string().contains("/proc/pressure/no-such-resource"), "{err}");
+        assert!(
+            err.to_string().contains("/proc/pressure/no-such-resource"),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_trigger_is_invalid_input() {
-        let err = PressureMonitor::with_trigger(Duration::from_secs(3), Duration::from_secs(2)).unwrap_err();
+        let err = PressureMonitor::with_trigger(Duration::from_secs(3), Duration::from_secs(2))
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
     }
 
@@ -182,6 +190,10 @@ mod tests {
         };
         let t = std::time::Instant::now();
         drop(monitor);
-        assert!(t.elapsed() < Duration::from_secs(5), "stopping hung: {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "stopping hung: {:?}",
+            t.elapsed()
+        );
     }
 }

@@ -43,7 +43,10 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: forwarded with the caller's guarantees.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
         }
         p
     }
@@ -99,7 +102,10 @@ fn check(live: &[Live]) {
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     for l in live {
         let b = l.handle.bytes();
-        assert!(b.iter().all(|x| *x == l.fill), "contents of a live fragment changed");
+        assert!(
+            b.iter().all(|x| *x == l.fill),
+            "contents of a live fragment changed"
+        );
         if let Handle::Frozen(a, c) = &l.handle {
             assert_eq!(a.as_ptr(), c.as_ptr());
         }
@@ -109,7 +115,12 @@ fn check(live: &[Live]) {
     }
     ranges.sort();
     for w in ranges.windows(2) {
-        assert!(w[0].0 + w[0].1 <= w[1].0, "fragments overlap: {:?} and {:?}", w[0], w[1]);
+        assert!(
+            w[0].0 + w[0].1 <= w[1].0,
+            "fragments overlap: {:?} and {:?}",
+            w[0],
+            w[1]
+        );
     }
 }
 
@@ -117,7 +128,10 @@ fn run_case(ops: &[Op]) {
     let (tx, rx) = mpsc::channel::<Live>();
     let dropper = std::thread::spawn(move || {
         for l in rx {
-            assert!(l.handle.bytes().iter().all(|x| *x == l.fill), "contents changed in flight");
+            assert!(
+                l.handle.bytes().iter().all(|x| *x == l.fill),
+                "contents changed in flight"
+            );
             drop(l);
         }
     });
@@ -129,12 +143,21 @@ fn run_case(ops: &[Op]) {
             Op::Alloc(len) => Some(cache.alloc(len)),
             Op::AllocAligned(len, log) => {
                 let f = cache.alloc_aligned(len, 1 << log);
-                assert_eq!(f.as_ptr() as usize % (1 << log), 0, "alignment {} broken", 1 << log);
+                assert_eq!(
+                    f.as_ptr() as usize % (1 << log),
+                    0,
+                    "alignment {} broken",
+                    1 << log
+                );
                 Some(f)
             }
             Op::Prepare(min, max, share) => {
                 let mut b = cache.prepare(min, max);
-                assert!(b.len() >= min && b.len() <= max, "prepare({min}, {max}) gave {}", b.len());
+                assert!(
+                    b.len() >= min && b.len() <= max,
+                    "prepare({min}, {max}) gave {}",
+                    b.len()
+                );
                 b.fill(fill);
                 if share == 8 {
                     b.abort();
@@ -155,7 +178,10 @@ fn run_case(ops: &[Op]) {
                     }
                     h => h,
                 };
-                live.push(Live { handle, fill: l.fill });
+                live.push(Live {
+                    handle,
+                    fill: l.fill,
+                });
                 None
             }
             Op::Drop(k) if !live.is_empty() => {
@@ -172,7 +198,10 @@ fn run_case(ops: &[Op]) {
         };
         if let Some(mut f) = new {
             f.fill(fill);
-            live.push(Live { handle: Handle::Mut(f), fill });
+            live.push(Live {
+                handle: Handle::Mut(f),
+                fill,
+            });
         }
         check(&live);
     }
@@ -212,7 +241,11 @@ fn random_fragment_sequences() {
     pagepipe::shrink();
     let start = settled_live(LIVE.load(Ordering::Relaxed));
     let leaked = AtomicIsize::new(0);
-    let config = ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() };
+    let config = ProptestConfig {
+        cases: 96,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..120))| {
         pagepipe::shrink(); // lets the registry drop dead entries before the baseline
         let before = settled_live(LIVE.load(Ordering::Relaxed));
@@ -230,5 +263,9 @@ fn random_fragment_sequences() {
     let end = settled_live(start);
     let leaked = leaked.load(Ordering::Relaxed);
     assert!(leaked <= 4096, "{leaked} bytes kept over all cases");
-    assert!(end - start <= 4096, "{} bytes kept over the whole test", end - start);
+    assert!(
+        end - start <= 4096,
+        "{} bytes kept over the whole test",
+        end - start
+    );
 }
