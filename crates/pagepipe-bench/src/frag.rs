@@ -6,7 +6,7 @@
 //! Single-thread: allocate and drop in place, sizes cycling from 64 B to 2 KiB. Each run measures
 //! every allocator once, alternating; `--runs N` gives medians with 95% intervals.
 
-use crate::common::{fmt_summary, print_json, print_table, progress, Record, Summary};
+use crate::common::{fmt_summary, print_json, print_table, progress, Record, Summary, Usage};
 use bytes::{Bytes, BytesMut};
 use pagepipe::{Frag, FragCache};
 use std::alloc::{GlobalAlloc, Layout};
@@ -102,6 +102,8 @@ pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
     );
     // samples[workload][transport] = ns per fragment of each run
     let mut samples = vec![vec![Vec::new(); TRANSPORTS.len()]; workloads.len()];
+    // usage[workload][transport] = process minor faults and CPU seconds of each run
+    let mut usage: Vec<Vec<Vec<Usage>>> = vec![vec![Vec::new(); TRANSPORTS.len()]; workloads.len()];
     // Warm-up, not timed: first-touch page faults, thread start-up, allocator arenas.
     for t in TRANSPORTS {
         if cross {
@@ -111,28 +113,40 @@ pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
     for _ in 0..a.runs {
         for (w, workload) in workloads.iter().enumerate() {
             for (t, transport) in TRANSPORTS.iter().enumerate() {
+                let before = Usage::now();
                 let ns = if *workload == "cross_thread" {
                     cross_thread(transport, a.size, align, a.count, a.queue, a.chunk_size)
                 } else {
                     single_thread(transport, align, a.single_count, a.chunk_size)
                 };
                 samples[w][t].push(ns);
+                usage[w][t].push(Usage::now().since(before));
                 bar.inc(1);
             }
         }
     }
     bar.finish_and_clear();
-    report(a, align, &workloads, &samples, json);
+    report(a, align, &workloads, &samples, &usage, json);
     Ok(())
 }
 
-fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>], json: bool) {
+fn report(
+    a: &Args,
+    align: usize,
+    workloads: &[&str],
+    samples: &[Vec<Vec<f64>>],
+    usage: &[Vec<Vec<Usage>>],
+    json: bool,
+) {
     let mut rows = Vec::new();
     for (w, workload) in workloads.iter().enumerate() {
         let sums: Vec<Summary> = samples[w].iter().map(|s| Summary::of(s)).collect();
         let (system, mimalloc) = (sums[1], sums[2]);
         for (t, transport) in TRANSPORTS.iter().enumerate() {
             let s = sums[t];
+            let faults: Vec<f64> = usage[w][t].iter().map(|u| u.minor_faults as f64).collect();
+            let cpu: Vec<f64> = usage[w][t].iter().map(|u| u.cpu_s).collect();
+            let (faults, cpu) = (Summary::of(&faults).median, Summary::of(&cpu).median);
             let (count, size) = if *workload == "cross_thread" {
                 (a.count, a.size.to_string())
             } else {
@@ -152,6 +166,8 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
                 rec.metric("ns_per_frag_ci_hi", s.hi);
                 rec.metric("speedup_vs_system_x", system.median / s.median);
                 rec.metric("speedup_vs_mimalloc_x", mimalloc.median / s.median);
+                rec.metric("minor_faults", faults);
+                rec.metric("cpu_s", cpu);
                 print_json(&rec);
             }
             let vs = |other: &Summary| {
@@ -173,6 +189,8 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
                 } else {
                     vs(&mimalloc)
                 },
+                format!("{faults:.0}"),
+                format!("{cpu:.2}"),
             ]);
         }
     }
@@ -189,10 +207,13 @@ fn report(a: &Args, align: usize, workloads: &[&str], samples: &[Vec<Vec<f64>>],
                 "ns/frag",
                 "speedup vs system",
                 "vs mimalloc",
+                "minor faults/run",
+                "cpu s/run",
             ],
             &rows,
         );
         println!("speedup = other's median / this one's; \"(noise)\" = the 95% intervals overlap");
+        println!("minor faults and CPU seconds: medians per run, whole process (both threads)");
         if align > 1 {
             println!("bytesmut ignores --align (BytesMut has no aligned split)");
         }
