@@ -397,6 +397,9 @@ impl FragCache {
     ///
     /// A request larger than the chunk size gets a dedicated allocation.
     ///
+    /// # Panics
+    /// If `len` overflows `isize` (it could never be allocated).
+    ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
     /// let mut f = cache.alloc(5);
@@ -1085,6 +1088,42 @@ mod tests {
     #[should_panic(expected = "not a power of two")]
     fn bad_alignment_panics() {
         FragCache::new().alloc_aligned(8, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "overflows isize")]
+    fn overflowing_len_panics() {
+        FragCache::new().alloc(usize::MAX - 10);
+    }
+
+    #[test]
+    fn builder_commit_abort_and_large() {
+        let mut cache = FragCache::with_chunk_size(4096);
+        let mut b = cache.prepare(10, 100);
+        assert_eq!(b.len(), 100);
+        b[..2].copy_from_slice(b"hi");
+        let f = b.commit(2);
+        assert_eq!(&f[..], b"hi");
+        cache.prepare(50, 50).abort();
+        let g = cache.alloc(10);
+        assert_eq!(
+            g.as_ptr() as usize,
+            f.as_ptr() as usize + 2,
+            "abort consumed nothing"
+        );
+        // Larger than a chunk: a dedicated allocation, freed on abort or on the last drop.
+        let mut big = cache.prepare(10_000, 20_000);
+        assert_eq!(big.len(), 10_000);
+        big[9_999] = 1;
+        let big = big.commit(10_000);
+        cache.prepare(5000, 5000).abort();
+        let s = cache.stats();
+        assert_eq!(s.large_allocations, 2);
+        assert_eq!(s.bytes_mapped, 4096 + 10_000);
+        assert_eq!(s.bytes_outstanding, 2 + 10 + 10_000);
+        drop((f, g, big));
+        assert_eq!(cache.stats().bytes_outstanding, 0);
+        assert_eq!(cache.stats().bytes_mapped, 4096);
     }
 }
 
