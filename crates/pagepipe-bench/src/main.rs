@@ -5,6 +5,7 @@
 
 mod common;
 mod dontcache;
+mod frag;
 mod lmbench;
 mod pipe_bench;
 mod quick;
@@ -36,6 +37,8 @@ enum Cmd {
     Lat(lmbench::LatArgs),
     /// dontcache-bench: buffered, O_DIRECT, RWF_DONTCACHE and pagepipe's dontcache writer.
     Dontcache(dontcache::Args),
+    /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
+    Frag(frag::Args),
 }
 
 fn main() {
@@ -46,6 +49,7 @@ fn main() {
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, cli.json),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, cli.json),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, cli.json),
+        Some(Cmd::Frag(a)) => frag::run(&a, cli.json),
     };
     if let Err(e) = result {
         eprintln!("pagepipe-bench: {e}");

@@ -27,14 +27,20 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod dontcache;
+mod frag;
 mod pipe;
 mod pool;
+mod pressure;
 mod ring;
 mod sync;
 mod sys;
 
+pub use frag::{
+    Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
+};
 pub use pipe::{ReadChunk, Reader, WriteChunk, Writer, MAX_CAPACITY};
 pub use pool::PoolPolicy;
+pub use pressure::{shrink, PressureMonitor};
 
 use std::io;
 
@@ -150,19 +156,6 @@ impl Builder {
             },
             Reader { shared },
         ))
-    }
-}
-
-/// Gives every pipe's spare pages back to the OS now, busy or idle, and returns how many bytes
-/// that released. Data in flight is never touched; a pipe in the middle of a write is skipped.
-pub fn shrink_pipes() -> usize {
-    #[cfg(not(loom))]
-    {
-        pool::trim_all(true)
-    }
-    #[cfg(loom)]
-    {
-        0
     }
 }
 

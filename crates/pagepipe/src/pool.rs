@@ -33,7 +33,7 @@ pub enum PoolPolicy {
     /// No pool: every page goes back to the OS when read and is faulted in again when written.
     None,
     /// pagepipe's default: freed pages stay resident while the pipe is busy, so steady streaming
-    /// takes no page faults; a pipe idle for about 100 ms (or [`crate::shrink_pipes`]) trims
+    /// takes no page faults; a pipe idle for about 100 ms (or [`crate::shrink`]) trims
     /// them back to `keep` spare pages.
     Adaptive {
         /// Spare pages an idle pipe keeps.
@@ -95,7 +95,7 @@ pub(crate) trait Trim: Send + Sync {
     fn trim(&self, force: bool) -> usize;
 }
 
-/// Every live pipe in the process, so an idle trimmer and [`crate::shrink_pipes`] can reach them.
+/// Every live pipe in the process, so an idle trimmer and [`crate::shrink`] can reach them.
 #[cfg(not(loom))]
 static REGISTRY: Mutex<Vec<Weak<dyn Trim>>> = Mutex::new(Vec::new());
 
@@ -113,7 +113,7 @@ pub(crate) fn register(owner: Weak<dyn Trim>) {
     drop(reg);
     TRIMMER.call_once(|| {
         // A failed spawn only means idle pipes keep their spare pages until the next read or
-        // shrink_pipes(); it is not worth failing pipe creation for.
+        // shrink(); it is not worth failing pipe creation for.
         let _ = std::thread::Builder::new()
             .name("pagepipe-trim".into())
             .spawn(|| loop {

@@ -364,3 +364,114 @@ fn offset_to_off_t(value: u64) -> io::Result<libc::off_t> {
         )
     })
 }
+
+// ---------------------------------------------------------------------------------------------
+// Pressure-stall information and eventfd, for the memory-pressure monitor
+// ---------------------------------------------------------------------------------------------
+
+/// Opens a pressure-stall trigger (`Documentation/accounting/psi.rst`): opens `path` (for
+/// example `/proc/pressure/memory`) read-write and non-blocking, and writes `trigger` (such as
+/// `some 150000 2000000`: 150 ms of stall within a 2 s window), NUL-terminated. The returned file
+/// then reports `POLLPRI` each time the threshold is crossed.
+///
+/// Errors: `Unsupported` when the file is missing or PSI is disabled (`psi=0`), `InvalidInput`
+/// when the kernel rejects the trigger, otherwise the OS's error; each names the path.
+pub(crate) fn psi_trigger(path: &std::path::Path, trigger: &str) -> io::Result<std::fs::File> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "pressure stall information is not available at {}: {e}",
+                    path.display()
+                ),
+            ),
+            _ => io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())),
+        })?;
+    let mut bytes = trigger.as_bytes().to_vec();
+    bytes.push(0);
+    file.write_all(&bytes).map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} rejected the trigger {trigger:?} (the window must be 0.5 to 10 s, and a \
+                 multiple of 2 s without CAP_SYS_RESOURCE; the stall at most the window)",
+                path.display()
+            ),
+        ),
+        Some(libc::EOPNOTSUPP) => io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{} does not support triggers: {e}", path.display()),
+        ),
+        _ => io::Error::new(
+            e.kind(),
+            format!(
+                "cannot set the trigger {trigger:?} on {}: {e}",
+                path.display()
+            ),
+        ),
+    })?;
+    Ok(file)
+}
+
+/// A non-blocking eventfd (`eventfd(2)`), used to wake a thread sleeping in [`poll_two`].
+pub(crate) fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd has no memory-safety preconditions.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd's counter (`eventfd(2)`), waking pollers.
+pub(crate) fn eventfd_signal(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to a descriptor we borrow.
+    let rc = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    // Only fails when the counter is about to overflow: a wakeup is pending anyway.
+    let _ = rc;
+}
+
+/// Waits (`poll(2)`) until `pri` reports `POLLPRI` (or an error) or `wake` becomes readable, at
+/// most `timeout`. Returns `(revents of pri, wake fired)`; an interrupted wait returns `(0, false)`.
+pub(crate) fn poll_two(
+    pri: std::os::fd::BorrowedFd<'_>,
+    wake: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> io::Result<(libc::c_short, bool)> {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd {
+            fd: pri.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a live array of two pollfd structures for the duration of the call.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok((0, false))
+        } else {
+            Err(e)
+        };
+    }
+    Ok((fds[0].revents, fds[1].revents != 0))
+}

@@ -1,12 +1,12 @@
 //! The page pool: which pages stay resident (mincore), which writes fault (per-thread
-//! getrusage), idle trimming and shrink_pipes(). Single-threaded streaming keeps the page-fault
+//! getrusage), idle trimming and shrink(). Single-threaded streaming keeps the page-fault
 //! counts exact: the thread's own faults only.
 
-use pagepipe::{shrink_pipes, Builder, PoolPolicy, Reader, Writer};
+use pagepipe::{shrink, Builder, PoolPolicy, Reader, Writer};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-/// shrink_pipes() trims every pipe of the process and the idle trimmer is process-wide: the
+/// shrink() trims every pipe of the process and the idle trimmer is process-wide: the
 /// tests here take turns so one cannot satisfy (or disturb) another's assertions.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -114,14 +114,14 @@ fn idle_pipe_is_trimmed_to_keep_spare_pages() {
 }
 
 #[test]
-fn shrink_pipes_gives_spare_pages_back_and_keeps_data() {
+fn shrink_gives_spare_pages_back_and_keeps_data() {
     let _serial = serial();
     let (mut w, mut r) = open(PoolPolicy::Adaptive { keep: 2 });
     stream(&mut w, &mut r, 32);
     w.write_all(b"still here").unwrap();
     let spare = w.resident_spare_pages().unwrap();
     assert!(spare > 100);
-    let freed = shrink_pipes();
+    let freed = shrink();
     assert!(
         freed >= (spare - 1) * 4096,
         "shrink freed {freed} bytes of {spare} spare pages"

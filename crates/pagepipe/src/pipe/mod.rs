@@ -392,7 +392,7 @@ impl Shared {
         dropped * geo.slot_size
     }
 
-    /// The idle trimmer's and `shrink_pipes`' entry point.
+    /// The idle trimmer's and `shrink`'s entry point.
     #[cfg(not(loom))]
     pub(crate) fn trim(&self, force: bool) -> usize {
         let keep = if force {

@@ -1,0 +1,1171 @@
+//! [`FragCache`]: a page-fragment allocator (seed 004; the idea of Linux's page_frag cache).
+//!
+//! A cache carves large *chunks* (32 KiB by default) into small fragments by bumping an offset.
+//! Each chunk has one atomic reference count, counted in bytes. When the cache takes a chunk it
+//! puts a huge *bias* into the count at once (the kernel's `pagecnt_bias`) and keeps a private
+//! copy of that bias; handing out a fragment of `n` bytes only lowers the private copy by `n`, so
+//! the allocation path has no atomic read-modify-write. Dropping a fragment, on any thread,
+//! subtracts its `n` from the shared count. When the chunk is used up, the cache subtracts what is
+//! left of its bias: if the count then reads zero every fragment is gone and the chunk is reused
+//! in place; otherwise the last fragment to go parks the chunk on the cache's spare list (or
+//! frees it once the list is full or the cache is gone).
+//!
+//! Spare chunks are the memory [`crate::shrink`] gives back to the OS.
+
+use crate::sync::{fence, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sys::{Mapping, PAGE_SIZE};
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// Chunk size of [`FragCache::new`]: 32 KiB, like the kernel's order-3 refill.
+pub const DEFAULT_CHUNK_SIZE: usize = 32 * 1024;
+
+/// Chunk size taken when a full-size chunk cannot be had: one page.
+const FALLBACK_CHUNK_SIZE: usize = PAGE_SIZE;
+
+/// Largest chunk size [`FragCache::with_chunk_size`] accepts (1 GiB).
+pub const MAX_CHUNK_SIZE: usize = 1 << 30;
+
+/// The bias the cache puts into a chunk's count when it takes the chunk. It must exceed every
+/// byte count the cache can hand out of one chunk ([`MAX_CHUNK_SIZE`]) so the private bias never
+/// runs out; clones of frozen fragments add on top of it.
+const BIAS: usize = usize::MAX / 4;
+
+/// A count above this means clones overflowed it: abort, as `Arc` does.
+const MAX_COUNT: usize = usize::MAX / 2;
+
+/// Spare chunks a cache keeps at most: 2 MiB worth, and at least 4.
+const MAX_SPARE_BYTES: usize = 2 << 20;
+
+/// Spare chunks an idle cache keeps when the background trimmer visits it.
+#[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
+const IDLE_KEEP: usize = 2;
+
+/// Where a chunk's bytes live.
+enum Memory {
+    /// A chunk: anonymous pages, zero when first mapped.
+    Mapped(Mapping),
+    /// A dedicated allocation for one large request, zeroed, from the global allocator.
+    ///
+    /// Invariant: `ptr` came from `alloc_zeroed(layout)` and is freed only in `Drop`.
+    Heap { ptr: NonNull<u8>, layout: Layout },
+}
+
+impl Memory {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Mapped(m) => m.as_ptr(),
+            Memory::Heap { ptr, .. } => ptr.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Memory::Mapped(m) => m.len(),
+            Memory::Heap { layout, .. } => layout.size(),
+        }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if let Memory::Heap { ptr, layout } = self {
+            // SAFETY: `ptr` came from `alloc_zeroed(layout)` (variant invariant) and this is its
+            // only free.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) };
+        }
+    }
+}
+
+// SAFETY: Memory owns its bytes like a Box<[u8]>; who may touch which bytes is decided by the
+// chunk's count (see `Chunk::count`), not by the thread that holds the value.
+unsafe impl Send for Memory {}
+// SAFETY: as for Send; `&Memory` only hands out a raw pointer and a length.
+unsafe impl Sync for Memory {}
+
+/// The header of one chunk (or of one dedicated large allocation), on its own cache lines so
+/// that a consumer dropping fragments of one chunk does not disturb its neighbours.
+#[repr(align(128))]
+struct Chunk {
+    /// In bytes: what is left of the cache's bias (while the cache carves this chunk) plus the
+    /// length of every live [`Frag`] and [`FrozenFrag`] handle on it.
+    ///
+    /// Invariant: the thread whose subtraction brings it to zero owns the chunk alone: the cache
+    /// (which then reuses it in place or frees it) or the last fragment (which calls
+    /// [`release`]). A chunk on the spare list has count zero.
+    count: AtomicUsize,
+    /// Bytes the cache handed out of this chunk before it let go of it; written by the cache
+    /// before its Release subtraction in [`FragCache::let_go`], read by [`release`] after its
+    /// Acquire fence. For a large allocation, the committed length.
+    handed: AtomicUsize,
+    /// Invariant: `mem.ptr()..mem.ptr() + mem.len()` is valid for as long as the header lives.
+    mem: Memory,
+    /// Whether `mem` is a dedicated large allocation (never recycled).
+    large: bool,
+    /// The cache's shared half: spare list and statistics.
+    owner: Arc<Shared>,
+    /// Under loom, a stand-in for the chunk's bytes: fragment owners and the recycling cache
+    /// write it, so loom reports any reuse that is not ordered after the drops.
+    #[cfg(loom)]
+    probe: loom::cell::UnsafeCell<usize>,
+}
+
+/// A chunk pointer that may travel between threads (inside the spare list).
+struct ChunkPtr(NonNull<Chunk>);
+
+// SAFETY: a chunk on the spare list has count zero and is owned by the list alone (see
+// `Chunk::count`); the Mutex around the list hands it to one thread at a time.
+unsafe impl Send for ChunkPtr {}
+
+/// Allocates a chunk header for `mem`, with `count` set to `count`.
+fn new_chunk(mem: Memory, large: bool, count: usize, owner: &Arc<Shared>) -> NonNull<Chunk> {
+    let header = Box::new(Chunk {
+        count: AtomicUsize::new(count),
+        handed: AtomicUsize::new(0),
+        mem,
+        large,
+        owner: owner.clone(),
+        #[cfg(loom)]
+        probe: loom::cell::UnsafeCell::new(0),
+    });
+    NonNull::from(Box::leak(header))
+}
+
+/// Frees a chunk's header and memory; returns the bytes of memory given back.
+///
+/// # Safety
+/// The caller owns `chunk` alone (its count reached zero in the caller's hands, or the caller
+/// took it off the spare list) and never uses it again.
+unsafe fn free_chunk(chunk: NonNull<Chunk>) -> usize {
+    // SAFETY: the header came from `Box::leak` in `new_chunk`; the caller owns it alone.
+    let header = unsafe { Box::from_raw(chunk.as_ptr()) };
+    let len = header.mem.len();
+    header.owner.mapped.fetch_sub(len, Ordering::Relaxed);
+    len
+}
+
+/// Called by the thread whose subtraction brought the count of a chunk the cache had let go of
+/// to zero: parks the chunk on the owner's spare list, or frees it.
+///
+/// # Safety
+/// The caller's subtraction brought `chunk`'s count to zero after the cache let go of it.
+#[cold]
+#[inline(never)]
+unsafe fn release(chunk: NonNull<Chunk>) {
+    // Acquire: pairs with the Release subtractions in `Frag::drop`, `FrozenFrag::drop` and
+    // `FragCache::let_go`, so every access through those handles (and the cache's store of
+    // `handed`) happens before this thread recycles or frees the bytes.
+    fence(Ordering::Acquire);
+    // SAFETY: the chunk is ours alone now (caller's contract) and its header is live.
+    let c = unsafe { chunk.as_ref() };
+    let owner = &c.owner;
+    owner
+        .released
+        .fetch_add(c.handed.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
+    if !c.large {
+        let mut spare = owner.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if !spare.closed && spare.chunks.len() < spare.max && c.mem.len() == spare.chunk_size {
+            spare.chunks.push(ChunkPtr(chunk));
+            return;
+        }
+    }
+    // SAFETY: ours alone (caller's contract), not parked above, never used again.
+    unsafe { free_chunk(chunk) };
+}
+
+/// What a cache shares with its fragments and with the process-wide registry.
+struct Shared {
+    spare: Mutex<Spare>,
+    /// Sum of `handed` over the let-go chunks whose last fragment is gone (statistics only).
+    released: AtomicU64,
+    /// Bytes of chunk memory (chunks and large allocations) currently allocated for this cache.
+    mapped: AtomicUsize,
+}
+
+/// Chunks whose fragments are all gone, kept mapped for the cache's next refills.
+struct Spare {
+    /// Invariant: every entry has count zero and is referenced by nothing else.
+    chunks: Vec<ChunkPtr>,
+    /// Set when the cache is dropped: chunks released afterwards are freed, not parked.
+    closed: bool,
+    /// Most entries kept; a chunk released beyond it is freed.
+    max: usize,
+    /// The cache's chunk size: only chunks of this size are parked (a one-page fallback chunk
+    /// is freed, so the cache tries for full-size chunks again).
+    chunk_size: usize,
+    /// Bumped by every refill that looks at the list; lets the idle trimmer see activity.
+    epoch: u64,
+    /// `epoch` at the idle trimmer's previous visit.
+    #[cfg_attr(loom, allow(dead_code))] // read only by the trimmer, absent under loom
+    seen_epoch: u64,
+}
+
+#[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
+impl Shared {
+    /// Takes the chunks to give back: all of them when `force`, else those beyond
+    /// [`IDLE_KEEP`] when no refill happened since the previous call.
+    fn take_trimmable(&self, force: bool) -> Vec<ChunkPtr> {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = spare.epoch == spare.seen_epoch;
+        spare.seen_epoch = spare.epoch;
+        let keep = if force {
+            0
+        } else if idle {
+            IDLE_KEEP
+        } else {
+            return Vec::new();
+        };
+        let n = spare.chunks.len().saturating_sub(keep);
+        let at = spare.chunks.len() - n;
+        spare.chunks.split_off(at)
+    }
+
+    /// Gives spare chunks back to the OS (see [`Shared::take_trimmable`]); returns the bytes.
+    fn trim(&self, force: bool) -> usize {
+        let victims = self.take_trimmable(force);
+        // SAFETY: spare chunks are owned by the list alone (`Spare::chunks` invariant) and we
+        // just took them off it.
+        victims
+            .into_iter()
+            .map(|c| unsafe { free_chunk(c.0) })
+            .sum()
+    }
+}
+
+#[cfg(not(loom))]
+impl crate::pool::Trim for Shared {
+    fn trim(&self, force: bool) -> usize {
+        Shared::trim(self, force)
+    }
+}
+
+/// A page-fragment allocator: hands out small buffers ([`Frag`]) carved from large chunks, with
+/// no lock and no atomic read-modify-write on the allocation path.
+///
+/// One cache belongs to one thread at a time (methods take `&mut self`; the cache is `Send`);
+/// its fragments may go to and be dropped on any thread.
+///
+/// **Contents.** Fragments are *not* zeroed in general: a fragment from a fresh chunk or a
+/// dedicated large allocation reads as zeros, but one from a recycled chunk holds whatever
+/// earlier fragments of this cache, all of them already dropped, left there. A fragment never
+/// shares a byte with another live fragment.
+///
+/// **Sizes.** Requests larger than a chunk get a dedicated allocation (counted in
+/// [`FragStats::large_allocations`]). A zero-length request returns an empty fragment that holds
+/// no memory. Like `Box`, the cache aborts the process (`handle_alloc_error`) when the OS has
+/// no memory left even for a one-page chunk.
+///
+/// ```
+/// use pagepipe::FragCache;
+///
+/// let mut cache = FragCache::new();
+/// let mut a = cache.alloc(2048);
+/// a.copy_from_slice(&[7u8; 2048]);
+/// let b = cache.alloc_aligned(100, 64);
+/// assert_eq!(b.as_ptr() as usize % 64, 0);
+/// // Fragments may be dropped on any thread.
+/// std::thread::spawn(move || drop(a)).join().unwrap();
+/// drop(b);
+/// assert_eq!(cache.stats().bytes_outstanding, 0);
+/// ```
+pub struct FragCache {
+    /// The chunk being carved. Invariant: when `Some`, the cache holds `bias` of its count, and
+    /// `base..base + size` is its memory; when `None`, `size == offset == 0`.
+    cur: Option<NonNull<Chunk>>,
+    /// First byte of the current chunk (dangling when there is none).
+    base: NonNull<u8>,
+    /// Next free byte of the current chunk. Invariant: `offset <= size`; no live fragment
+    /// holds a byte at or past `offset`.
+    offset: usize,
+    /// Length of the current chunk (0 when none).
+    size: usize,
+    /// What is left of the bias the cache put into the current chunk's count:
+    /// `BIAS - bytes handed out of it since it was (re)taken`.
+    bias: usize,
+    /// Configured chunk size: a power of two from 4 KiB to [`MAX_CHUNK_SIZE`].
+    chunk_size: usize,
+    shared: Arc<Shared>,
+    chunks_allocated: u64,
+    chunks_reused: u64,
+    large_allocations: u64,
+    /// Sum of bytes handed out of chunks the cache let go of, and of large allocations.
+    let_go_handed: u64,
+}
+
+// SAFETY: the raw pointers refer to the current chunk, on which the cache holds its bias, and
+// whose unhanded bytes no one else touches; nothing in the cache is tied to a thread.
+unsafe impl Send for FragCache {}
+
+impl Default for FragCache {
+    fn default() -> Self {
+        FragCache::new()
+    }
+}
+
+impl fmt::Debug for FragCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FragCache")
+            .field("chunk_size", &self.chunk_size)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A snapshot of a [`FragCache`]'s counters (see [`FragCache::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FragStats {
+    /// Chunks taken from the OS so far (full size or the one-page fallback).
+    pub chunks_allocated: u64,
+    /// Refills served without the OS: a used-up chunk reused in place, or a spare chunk.
+    pub chunks_reused: u64,
+    /// Bytes in live fragments. A chunk the cache has moved on from counts in full (the bytes
+    /// handed out of it) until its last fragment is gone; frozen clones of a fragment on the
+    /// chunk being carved count once per handle.
+    pub bytes_outstanding: u64,
+    /// Requests larger than a chunk, served by a dedicated allocation.
+    pub large_allocations: u64,
+    /// Spare chunks parked for reuse: what [`crate::shrink`] would give back.
+    pub spare_chunks: usize,
+    /// Bytes of chunk memory and large allocations currently allocated for this cache.
+    pub bytes_mapped: usize,
+}
+
+impl FragCache {
+    /// A cache with 32 KiB chunks ([`DEFAULT_CHUNK_SIZE`]). Takes no memory until the first
+    /// allocation; registers the cache so [`crate::shrink`] can reach its spare chunks.
+    pub fn new() -> FragCache {
+        FragCache::with_chunk_size(DEFAULT_CHUNK_SIZE)
+    }
+
+    /// A cache whose chunks are `bytes` long.
+    ///
+    /// # Panics
+    /// If `bytes` is not a power of two from 4096 to [`MAX_CHUNK_SIZE`].
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::with_chunk_size(64 * 1024);
+    /// assert_eq!(cache.alloc(40_000).len(), 40_000);
+    /// assert_eq!(cache.stats().large_allocations, 0);
+    /// ```
+    pub fn with_chunk_size(bytes: usize) -> FragCache {
+        assert!(
+            bytes.is_power_of_two() && (PAGE_SIZE..=MAX_CHUNK_SIZE).contains(&bytes),
+            "FragCache chunk size {bytes} is not a power of two from {PAGE_SIZE} to {MAX_CHUNK_SIZE}"
+        );
+        let shared = Arc::new(Shared {
+            spare: Mutex::new(Spare {
+                chunks: Vec::new(),
+                closed: false,
+                max: (MAX_SPARE_BYTES / bytes).max(4),
+                chunk_size: bytes,
+                epoch: 0,
+                seen_epoch: 0,
+            }),
+            released: AtomicU64::new(0),
+            mapped: AtomicUsize::new(0),
+        });
+        #[cfg(not(loom))]
+        {
+            let weak: std::sync::Weak<dyn crate::pool::Trim> = Arc::downgrade(&shared) as _;
+            crate::pool::register(weak);
+        }
+        FragCache {
+            cur: None,
+            base: NonNull::dangling(),
+            offset: 0,
+            size: 0,
+            bias: 0,
+            chunk_size: bytes,
+            shared,
+            chunks_allocated: 0,
+            chunks_reused: 0,
+            large_allocations: 0,
+            let_go_handed: 0,
+        }
+    }
+
+    /// The configured chunk size in bytes.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// A fragment of `len` bytes (1-byte aligned). See the type's docs for what it contains.
+    ///
+    /// A request larger than the chunk size gets a dedicated allocation.
+    ///
+    /// # Panics
+    /// If `len` overflows `isize` (it could never be allocated).
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut f = cache.alloc(5);
+    /// f.copy_from_slice(b"hello");
+    /// assert_eq!(&f[..], b"hello");
+    /// ```
+    #[inline]
+    pub fn alloc(&mut self, len: usize) -> Frag {
+        // `len - 1 < remaining` is `0 < len <= remaining` in one compare (len 0 wraps around).
+        if len.wrapping_sub(1) < self.size - self.offset {
+            // SAFETY: 0 < len <= size - offset, checked just above.
+            return unsafe { self.carve(len) };
+        }
+        self.alloc_slow(len, 1)
+    }
+
+    /// A fragment of `len` bytes whose address is a multiple of `align`.
+    ///
+    /// # Panics
+    /// If `align` is not a power of two, or `len` rounded up to `align` overflows `isize`.
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let _pad = cache.alloc(3);
+    /// let f = cache.alloc_aligned(64, 64);
+    /// assert_eq!(f.as_ptr() as usize % 64, 0);
+    /// ```
+    #[inline]
+    pub fn alloc_aligned(&mut self, len: usize, align: usize) -> Frag {
+        assert!(
+            align.is_power_of_two(),
+            "FragCache::alloc_aligned: align {align} is not a power of two"
+        );
+        let pad = (self.base.as_ptr() as usize + self.offset).wrapping_neg() & (align - 1);
+        let remaining = self.size - self.offset;
+        if pad < remaining && len.wrapping_sub(1) < remaining - pad {
+            self.offset += pad;
+            // SAFETY: 0 < len <= size - offset after moving offset by pad < remaining.
+            return unsafe { self.carve(len) };
+        }
+        self.alloc_slow(len, align)
+    }
+
+    /// A writable buffer with room for at least `min` and at most `max` bytes, to fill and then
+    /// [`commit`](FragBuilder::commit) (keeping a prefix as a [`Frag`]) or
+    /// [`abort`](FragBuilder::abort) (keeping nothing). The buffer is the rest of the current
+    /// chunk when that holds `min` bytes (the cache moves to a new chunk otherwise); a `min`
+    /// larger than a chunk gets a dedicated allocation of exactly `min` bytes.
+    ///
+    /// # Panics
+    /// If `min > max`, or `min` overflows `isize`.
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut b = cache.prepare(16, 4096);
+    /// assert!(b.len() >= 16 && b.len() <= 4096);
+    /// b[..3].copy_from_slice(b"abc");
+    /// let f = b.commit(3);
+    /// assert_eq!(&f[..], b"abc");
+    /// cache.prepare(1, 10).abort(); // takes nothing
+    /// ```
+    pub fn prepare(&mut self, min: usize, max: usize) -> FragBuilder<'_> {
+        assert!(
+            min <= max,
+            "FragCache::prepare: min {min} is larger than max {max}"
+        );
+        let want = if max == 0 { 0 } else { min.max(1) };
+        if want > self.size - self.offset {
+            if min > self.chunk_size {
+                return self.prepare_large(min);
+            }
+            self.refill();
+            if min > self.size - self.offset {
+                return self.prepare_large(min);
+            }
+        }
+        let cap = (self.size - self.offset).min(max);
+        // SAFETY: offset <= size, so the pointer stays inside (or one past) the chunk.
+        let ptr = unsafe { NonNull::new_unchecked(self.base.as_ptr().add(self.offset)) };
+        FragBuilder {
+            cache: self,
+            ptr,
+            cap,
+            large: None,
+        }
+    }
+
+    /// The cache's counters. Costs one lock of the spare list.
+    pub fn stats(&self) -> FragStats {
+        let current = match self.cur {
+            // SAFETY: the cache holds its bias on the current chunk, so the header is live.
+            Some(c) => unsafe { c.as_ref() }
+                .count
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.bias),
+            None => 0,
+        };
+        let released = self.shared.released.load(Ordering::Relaxed);
+        let spare = self
+            .shared
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .chunks
+            .len();
+        FragStats {
+            chunks_allocated: self.chunks_allocated,
+            chunks_reused: self.chunks_reused,
+            bytes_outstanding: self.let_go_handed.saturating_sub(released) + current as u64,
+            large_allocations: self.large_allocations,
+            spare_chunks: spare,
+            bytes_mapped: self.shared.mapped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hands out `len` bytes at `offset` of the current chunk.
+    ///
+    /// # Safety
+    /// `0 < len <= self.size - self.offset` (so there is a current chunk).
+    #[inline]
+    unsafe fn carve(&mut self, len: usize) -> Frag {
+        debug_assert!(len > 0 && len <= self.size - self.offset && self.cur.is_some());
+        // SAFETY: offset + len <= size, inside the current chunk (caller's contract).
+        let ptr = unsafe { NonNull::new_unchecked(self.base.as_ptr().add(self.offset)) };
+        self.offset += len;
+        self.bias -= len;
+        Frag {
+            chunk: self.cur,
+            ptr,
+            len,
+        }
+    }
+
+    #[cold]
+    fn alloc_slow(&mut self, len: usize, align: usize) -> Frag {
+        if len == 0 {
+            return Frag::empty_aligned(align);
+        }
+        // A fresh chunk starts page aligned: only larger alignments need padding room.
+        let room = if align <= PAGE_SIZE {
+            len
+        } else {
+            len.saturating_add(align - 1)
+        };
+        if room > self.chunk_size {
+            return self.alloc_large(len, align);
+        }
+        self.refill();
+        let pad = (self.base.as_ptr() as usize).wrapping_neg() & (align - 1);
+        if pad + len > self.size {
+            return self.alloc_large(len, align); // the one-page fallback chunk was too small
+        }
+        self.offset = pad;
+        // SAFETY: 0 < len and offset + len <= size, checked above.
+        unsafe { self.carve(len) }
+    }
+
+    /// Lets go of the current chunk, then takes one to carve: the same chunk when all its
+    /// fragments are gone, else a spare chunk, else a new one from the OS.
+    #[cold]
+    fn refill(&mut self) {
+        if let Some(chunk) = self.let_go() {
+            // SAFETY: `let_go` returned it, so its count is zero and it is ours alone.
+            let c = unsafe { chunk.as_ref() };
+            if c.mem.len() == self.chunk_size {
+                self.chunks_reused += 1;
+                return self.take(chunk);
+            }
+            // A one-page fallback chunk: try for a full-size one again.
+            // SAFETY: ours alone (above); forgotten right here.
+            unsafe { free_chunk(chunk) };
+        }
+        let spare = {
+            let mut spare = self.shared.spare.lock().unwrap_or_else(|e| e.into_inner());
+            spare.epoch += 1;
+            spare.chunks.pop()
+        };
+        if let Some(chunk) = spare {
+            self.chunks_reused += 1;
+            return self.take(chunk.0);
+        }
+        let mem = match map_chunk(self.chunk_size) {
+            Ok(m) => m,
+            Err(_) => map_chunk(FALLBACK_CHUNK_SIZE).unwrap_or_else(|_| {
+                std::alloc::handle_alloc_error(
+                    Layout::from_size_align(FALLBACK_CHUNK_SIZE, PAGE_SIZE).unwrap(),
+                )
+            }),
+        };
+        self.shared.mapped.fetch_add(mem.len(), Ordering::Relaxed);
+        self.chunks_allocated += 1;
+        let chunk = new_chunk(Memory::Mapped(mem), false, 0, &self.shared);
+        self.take(chunk);
+    }
+
+    /// Makes `chunk` (count zero, ours alone) the current chunk, putting the whole bias in.
+    fn take(&mut self, chunk: NonNull<Chunk>) {
+        // SAFETY: ours alone (caller's contract), so the header is live.
+        let c = unsafe { chunk.as_ref() };
+        // Relaxed: no one else holds a reference to the chunk; fragments made from it reach
+        // other threads only through channels that order this store before their drops.
+        c.count.store(BIAS, Ordering::Relaxed);
+        #[cfg(loom)]
+        c.probe.with_mut(|p| {
+            // SAFETY: loom checks this write against the fragment owners' writes.
+            unsafe { *p = 0 }
+        });
+        self.cur = Some(chunk);
+        // SAFETY: a chunk's memory pointer is never null (a mapping or a live allocation).
+        self.base = unsafe { NonNull::new_unchecked(c.mem.ptr()) };
+        self.size = c.mem.len();
+        self.offset = 0;
+        self.bias = BIAS;
+    }
+
+    /// Gives up the cache's bias on the current chunk. Returns the chunk when that left its
+    /// count at zero (every fragment is gone and the chunk is the caller's alone); otherwise its
+    /// last fragment will [`release`] it.
+    fn let_go(&mut self) -> Option<NonNull<Chunk>> {
+        let chunk = self.cur.take()?;
+        let handed = BIAS - self.bias;
+        // SAFETY: the cache still holds its bias, so the header is live.
+        let c = unsafe { chunk.as_ref() };
+        // Relaxed: published by the Release half of the subtraction below.
+        c.handed.store(handed, Ordering::Relaxed);
+        let bias = self.bias;
+        self.base = NonNull::dangling();
+        self.size = 0;
+        self.offset = 0;
+        self.bias = 0;
+        // AcqRel. Release: pairs with the Acquire fence in `release`, publishing `handed` and
+        // the cache's writes to the last fragment's thread. Acquire: pairs with the Release
+        // subtractions of `Frag::drop` / `FrozenFrag::drop`, so every dropped fragment's
+        // accesses happen before the cache hands its bytes out again.
+        if c.count.fetch_sub(bias, Ordering::AcqRel) == bias {
+            return Some(chunk);
+        }
+        self.let_go_handed += handed as u64;
+        None
+    }
+
+    /// A dedicated, zeroed allocation for one large fragment.
+    fn alloc_large(&mut self, len: usize, align: usize) -> Frag {
+        let chunk = self.new_large(len, align);
+        // SAFETY: `new_large` made the header and nothing else refers to it yet.
+        let c = unsafe { chunk.as_ref() };
+        c.count.store(len, Ordering::Relaxed);
+        c.handed.store(len, Ordering::Relaxed);
+        self.let_go_handed += len as u64;
+        // SAFETY: a live allocation's pointer is never null.
+        let ptr = unsafe { NonNull::new_unchecked(c.mem.ptr()) };
+        Frag {
+            chunk: Some(chunk),
+            ptr,
+            len,
+        }
+    }
+
+    /// Allocates the header and zeroed memory of a large allocation; count zero, not counted.
+    fn new_large(&mut self, len: usize, align: usize) -> NonNull<Chunk> {
+        let layout = Layout::from_size_align(len, align).unwrap_or_else(|_| {
+            panic!("FragCache: a fragment of {len} bytes aligned to {align} overflows isize")
+        });
+        debug_assert!(len > 0);
+        // SAFETY: `layout` has a non-zero size (callers never ask for an empty large fragment).
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        self.large_allocations += 1;
+        self.shared.mapped.fetch_add(len, Ordering::Relaxed);
+        new_chunk(Memory::Heap { ptr, layout }, true, 0, &self.shared)
+    }
+
+    fn prepare_large(&mut self, min: usize) -> FragBuilder<'_> {
+        let chunk = self.new_large(min, 1);
+        // SAFETY: just made; nothing else refers to it.
+        let ptr = unsafe { NonNull::new_unchecked(chunk.as_ref().mem.ptr()) };
+        FragBuilder {
+            cache: self,
+            ptr,
+            cap: min,
+            large: Some(chunk),
+        }
+    }
+}
+
+/// Maps one chunk of `len` bytes.
+fn map_chunk(len: usize) -> std::io::Result<Mapping> {
+    #[cfg(test)]
+    if len > FALLBACK_CHUNK_SIZE && FAIL_BIG_CHUNKS.with(|f| f.get()) {
+        return Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory));
+    }
+    Mapping::anonymous(len)
+}
+
+impl Drop for FragCache {
+    fn drop(&mut self) {
+        // Close the spare list first, so a chunk released from now on is freed, not parked.
+        let parked = {
+            let mut spare = self.shared.spare.lock().unwrap_or_else(|e| e.into_inner());
+            spare.closed = true;
+            std::mem::take(&mut spare.chunks)
+        };
+        for chunk in parked {
+            // SAFETY: taken off the spare list, which owned it alone.
+            unsafe { free_chunk(chunk.0) };
+        }
+        if let Some(chunk) = self.let_go() {
+            // SAFETY: `let_go` returned it: count zero, ours alone.
+            unsafe { free_chunk(chunk) };
+        }
+    }
+}
+
+/// A writable buffer from [`FragCache::prepare`]; derefs to the whole room offered.
+/// Dropping it without [`commit`](FragBuilder::commit) is an [`abort`](FragBuilder::abort).
+pub struct FragBuilder<'a> {
+    cache: &'a mut FragCache,
+    /// Invariant: `ptr..ptr + cap` is the current chunk's `offset..` (or the whole of `large`),
+    /// held by no fragment.
+    ptr: NonNull<u8>,
+    cap: usize,
+    /// A dedicated allocation made for this builder, not yet committed (count zero, ours).
+    large: Option<NonNull<Chunk>>,
+}
+
+impl fmt::Debug for FragBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FragBuilder")
+            .field("cap", &self.cap)
+            .field("large", &self.large.is_some())
+            .finish()
+    }
+}
+
+impl FragBuilder<'_> {
+    /// Keeps the first `n` bytes as a fragment; the rest stays with the cache.
+    ///
+    /// # Panics
+    /// If `n` is larger than the room offered (`self.len()`).
+    pub fn commit(mut self, n: usize) -> Frag {
+        assert!(
+            n <= self.cap,
+            "FragBuilder::commit: {n} bytes committed but only {} prepared",
+            self.cap
+        );
+        if n == 0 {
+            return Frag::empty_aligned(1);
+        }
+        if let Some(chunk) = self.large.take() {
+            // SAFETY: the builder's own dedicated allocation, referenced by nothing else.
+            let c = unsafe { chunk.as_ref() };
+            c.count.store(n, Ordering::Relaxed);
+            c.handed.store(n, Ordering::Relaxed);
+            self.cache.let_go_handed += n as u64;
+            return Frag {
+                chunk: Some(chunk),
+                ptr: self.ptr,
+                len: n,
+            };
+        }
+        // SAFETY: 0 < n <= cap <= size - offset (type invariant), and ptr is base + offset.
+        unsafe { self.cache.carve(n) }
+    }
+
+    /// Gives the room back untouched by any fragment (same as dropping the builder).
+    pub fn abort(self) {}
+}
+
+impl Drop for FragBuilder<'_> {
+    fn drop(&mut self) {
+        if let Some(chunk) = self.large.take() {
+            // SAFETY: the builder's own uncommitted allocation: count zero, ours alone.
+            unsafe { free_chunk(chunk) };
+        }
+    }
+}
+
+impl Deref for FragBuilder<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + cap` is initialized memory held by no fragment (type invariant)
+        // and the builder borrows the cache mutably, so no one else reaches it.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl DerefMut for FragBuilder<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+/// A writable fragment from a [`FragCache`]: derefs to its bytes, owns them alone, may be sent
+/// to and dropped on any thread. [`freeze`](Frag::freeze) it to share it read-only.
+///
+/// ```
+/// let mut cache = pagepipe::FragCache::new();
+/// let mut f = cache.alloc(4);
+/// f.copy_from_slice(&[1, 2, 3, 4]);
+/// let shared = f.freeze();
+/// let copy = shared.clone();
+/// std::thread::spawn(move || assert_eq!(&copy[..], &[1, 2, 3, 4])).join().unwrap();
+/// assert_eq!(shared.len(), 4);
+/// ```
+pub struct Frag {
+    /// The chunk holding the bytes; `None` for an empty fragment, which holds no memory.
+    /// Invariant: when `Some`, `len > 0` and `len` bytes of the chunk's count are this
+    /// fragment's.
+    chunk: Option<NonNull<Chunk>>,
+    /// Invariant: `ptr..ptr + len` lies in the chunk and belongs to this fragment alone.
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Frag owns its bytes alone (type invariant) and gives up its share of the chunk with
+// an atomic subtraction, which is sound on any thread.
+unsafe impl Send for Frag {}
+// SAFETY: `&Frag` only reads its own bytes.
+unsafe impl Sync for Frag {}
+
+impl Frag {
+    /// An empty fragment; holds no memory.
+    pub fn empty() -> Frag {
+        Frag::empty_aligned(1)
+    }
+
+    fn empty_aligned(align: usize) -> Frag {
+        // A zero-length slice needs only a non-null, aligned address.
+        let ptr = NonNull::new(std::ptr::null_mut::<u8>().wrapping_add(align))
+            .expect("align is non-zero");
+        Frag {
+            chunk: None,
+            ptr,
+            len: 0,
+        }
+    }
+
+    /// Turns the fragment into a read-only handle that is cheap to clone (one atomic add) and
+    /// may be shared between threads.
+    pub fn freeze(self) -> FrozenFrag {
+        let this = std::mem::ManuallyDrop::new(self);
+        FrozenFrag {
+            chunk: this.chunk,
+            ptr: this.ptr,
+            len: this.len,
+        }
+    }
+
+    #[cfg(all(loom, test))]
+    pub(crate) fn loom_write_probe(&self, value: usize) {
+        if let Some(c) = self.chunk {
+            // SAFETY: a live fragment keeps its chunk's header live.
+            let c = unsafe { c.as_ref() };
+            // SAFETY: loom checks this write against the cache's recycling write.
+            c.probe.with_mut(|p| unsafe { *p = value });
+        }
+    }
+}
+
+impl Default for Frag {
+    fn default() -> Self {
+        Frag::empty()
+    }
+}
+
+/// Drops one handle's share (`len` bytes) of `chunk`'s count; releases the chunk when that was
+/// the last share.
+///
+/// # Safety
+/// The caller held `len` bytes of `chunk`'s count and gives them up for good.
+#[inline]
+unsafe fn put(chunk: NonNull<Chunk>, len: usize) {
+    // SAFETY: the caller's share keeps the header live until this subtraction.
+    let c = unsafe { chunk.as_ref() };
+    // Release: pairs with the Acquire fence in `release` and the AcqRel subtraction in
+    // `FragCache::let_go`, so this handle's accesses happen before the bytes are reused.
+    if c.count.fetch_sub(len, Ordering::Release) == len {
+        // SAFETY: our subtraction brought the count to zero, and the cache had let go (while it
+        // carves, its bias keeps the count above zero).
+        unsafe { release(chunk) };
+    }
+}
+
+impl Drop for Frag {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(chunk) = self.chunk {
+            // SAFETY: this fragment holds `len` bytes of the count (type invariant).
+            unsafe { put(chunk, self.len) };
+        }
+    }
+}
+
+impl Deref for Frag {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` is initialized (zero-filled or written) memory that belongs
+        // to this fragment alone (type invariant).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for Frag {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for Frag {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for Frag {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl fmt::Debug for Frag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Frag")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// A read-only, cheaply cloneable, thread-shareable fragment (see [`Frag::freeze`]). The bytes
+/// stay allocated until the last clone is dropped.
+pub struct FrozenFrag {
+    /// Invariant: as for [`Frag`], but `len` bytes of the count are held per handle, and the
+    /// bytes are only read.
+    chunk: Option<NonNull<Chunk>>,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: handles only read the bytes, and share the count through atomic operations.
+unsafe impl Send for FrozenFrag {}
+// SAFETY: as for Send.
+unsafe impl Sync for FrozenFrag {}
+
+impl Clone for FrozenFrag {
+    fn clone(&self) -> FrozenFrag {
+        if let Some(chunk) = self.chunk {
+            // SAFETY: our own share keeps the header live.
+            let c = unsafe { chunk.as_ref() };
+            // Relaxed: we already hold a share, so the chunk cannot be released meanwhile (as
+            // in `Arc::clone`).
+            if c.count.fetch_add(self.len, Ordering::Relaxed) > MAX_COUNT {
+                std::process::abort(); // billions of clones: the count would overflow
+            }
+        }
+        FrozenFrag {
+            chunk: self.chunk,
+            ptr: self.ptr,
+            len: self.len,
+        }
+    }
+}
+
+impl Drop for FrozenFrag {
+    fn drop(&mut self) {
+        if let Some(chunk) = self.chunk {
+            // SAFETY: this handle holds `len` bytes of the count (type invariant).
+            unsafe { put(chunk, self.len) };
+        }
+    }
+}
+
+impl Deref for FrozenFrag {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: initialized bytes no one writes while a frozen handle lives (type invariant).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for FrozenFrag {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl fmt::Debug for FrozenFrag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrozenFrag")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Without copying: the `Bytes` owns the fragment and drops it with its last clone.
+///
+/// ```
+/// let mut cache = pagepipe::FragCache::new();
+/// let mut f = cache.alloc(3);
+/// f.copy_from_slice(b"abc");
+/// let at = f.as_ptr();
+/// let b = bytes::Bytes::from(f);
+/// assert_eq!(b.as_ptr(), at);
+/// assert_eq!(&b[..], b"abc");
+/// ```
+#[cfg(feature = "bytes")]
+impl From<Frag> for bytes::Bytes {
+    fn from(frag: Frag) -> bytes::Bytes {
+        bytes::Bytes::from_owner(frag)
+    }
+}
+
+/// Without copying, as for [`Frag`].
+#[cfg(feature = "bytes")]
+impl From<FrozenFrag> for bytes::Bytes {
+    fn from(frag: FrozenFrag) -> bytes::Bytes {
+        bytes::Bytes::from_owner(frag)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Makes `map_chunk` fail for full-size chunks on this thread (fallback test).
+    static FAIL_BIG_CHUNKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn falls_back_to_one_page_chunks_and_back() {
+        FAIL_BIG_CHUNKS.with(|f| f.set(true));
+        let mut cache = FragCache::new();
+        let a = cache.alloc(1000);
+        assert_eq!(cache.size, FALLBACK_CHUNK_SIZE);
+        // Does not fit the fallback chunk: served by a dedicated allocation.
+        let b = cache.alloc(8000);
+        assert_eq!(cache.stats().large_allocations, 1);
+        FAIL_BIG_CHUNKS.with(|f| f.set(false));
+        drop(a); // a one-page chunk is freed, not parked as a spare
+        assert_eq!(cache.stats().spare_chunks, 0);
+        let c = cache.alloc(4096); // fills the second one-page chunk
+        let d = cache.alloc(1); // refill: a full-size chunk again
+        assert_eq!(cache.size, DEFAULT_CHUNK_SIZE);
+        drop((b, c, d));
+        assert_eq!(cache.stats().spare_chunks, 0);
+        assert_eq!(cache.stats().bytes_outstanding, 0);
+    }
+
+    #[test]
+    fn used_up_chunk_is_reused_in_place() {
+        let mut cache = FragCache::with_chunk_size(4096);
+        for _ in 0..10 {
+            drop(cache.alloc(4096));
+        }
+        let s = cache.stats();
+        assert_eq!((s.chunks_allocated, s.chunks_reused), (1, 9));
+    }
+
+    #[test]
+    fn released_chunk_goes_to_spare_list_and_back() {
+        let mut cache = FragCache::with_chunk_size(4096);
+        let a = cache.alloc(4096);
+        let b = cache.alloc(4096); // lets go of a's chunk while `a` lives
+        drop(a); // last fragment: parks the chunk
+        assert_eq!(cache.stats().spare_chunks, 1);
+        let _c = cache.alloc(1); // lets go of b's chunk, takes the spare
+        let s = cache.stats();
+        assert_eq!(
+            (s.chunks_allocated, s.chunks_reused, s.spare_chunks),
+            (2, 1, 0)
+        );
+        drop(b);
+        assert_eq!(cache.stats().spare_chunks, 1);
+        assert_eq!(cache.shared.trim(true), 4096);
+        assert_eq!(cache.stats().bytes_outstanding, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "not a power of two")]
+    fn bad_alignment_panics() {
+        FragCache::new().alloc_aligned(8, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "overflows isize")]
+    fn overflowing_len_panics() {
+        FragCache::new().alloc(usize::MAX - 10);
+    }
+
+    #[test]
+    fn builder_commit_abort_and_large() {
+        let mut cache = FragCache::with_chunk_size(4096);
+        let mut b = cache.prepare(10, 100);
+        assert_eq!(b.len(), 100);
+        b[..2].copy_from_slice(b"hi");
+        let f = b.commit(2);
+        assert_eq!(&f[..], b"hi");
+        cache.prepare(50, 50).abort();
+        let g = cache.alloc(10);
+        assert_eq!(
+            g.as_ptr() as usize,
+            f.as_ptr() as usize + 2,
+            "abort consumed nothing"
+        );
+        // Larger than a chunk: a dedicated allocation, freed on abort or on the last drop.
+        let mut big = cache.prepare(10_000, 20_000);
+        assert_eq!(big.len(), 10_000);
+        big[9_999] = 1;
+        let big = big.commit(10_000);
+        cache.prepare(5000, 5000).abort();
+        let s = cache.stats();
+        assert_eq!(s.large_allocations, 2);
+        assert_eq!(s.bytes_mapped, 4096 + 10_000);
+        assert_eq!(s.bytes_outstanding, 2 + 10 + 10_000);
+        drop((f, g, big));
+        assert_eq!(cache.stats().bytes_outstanding, 0);
+        assert_eq!(cache.stats().bytes_mapped, 4096);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+
+    /// A fragment dropped on another thread races the cache's reuse of its chunk, in place or
+    /// through the spare list; loom checks the reuse is ordered after the drop (the probe) and
+    /// that no chunk is lost or freed twice.
+    #[test]
+    fn cross_thread_drop_races_chunk_reuse() {
+        loom::model(|| {
+            let mut cache = FragCache::with_chunk_size(4096);
+            let a = cache.alloc(3000);
+            let t = loom::thread::spawn(move || {
+                a.loom_write_probe(1);
+                drop(a);
+            });
+            // Does not fit: lets go of the chunk, reuses it in place if `a` is already gone.
+            let b = cache.alloc(2000);
+            b.loom_write_probe(2);
+            // Lets go of b's chunk; may take a's chunk from the spare list.
+            let c = cache.alloc(4096);
+            c.loom_write_probe(3);
+            // A shrink races the release: it may free a's chunk, parked or not yet parked.
+            cache.shared.trim(true);
+            t.join().unwrap();
+            drop((b, c));
+            assert_eq!(cache.stats().bytes_outstanding, 0);
+        });
+    }
+
+    /// The cache is dropped while a fragment lives on another thread: the last one out frees.
+    #[test]
+    fn cache_dropped_before_fragment() {
+        loom::model(|| {
+            let mut cache = FragCache::with_chunk_size(4096);
+            let a = cache.alloc(100);
+            let t = loom::thread::spawn(move || drop(a));
+            drop(cache);
+            t.join().unwrap();
+        });
+    }
+}

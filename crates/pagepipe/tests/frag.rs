@@ -1,0 +1,271 @@
+//! Property test of FragCache: random alloc / alloc_aligned / prepare+commit / prepare+abort /
+//! freeze+clone / drop / cross-thread drop sequences. Live fragments never overlap, alignment
+//! holds, contents survive, and when everything is dropped every byte is accounted for: the
+//! cache's own counters read zero and a counting global allocator is back where it started.
+//!
+//! This binary holds one test on purpose: the counting allocator is process-wide.
+
+use pagepipe::{Frag, FragCache, FrozenFrag};
+use proptest::prelude::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::mpsc;
+
+/// The global allocator, counting live bytes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards every call to System unchanged; only adds bookkeeping.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc(usize),
+    AllocAligned(usize, u32),
+    /// min, max, committed share of the room in 1/8ths (8 = abort)
+    Prepare(usize, usize, u8),
+    Freeze(usize),
+    Drop(usize),
+    DropElsewhere(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0usize..3000).prop_map(Op::Alloc),
+        1 => (9000usize..20000).prop_map(Op::Alloc), // larger than a chunk
+        2 => (0usize..2000, 0u32..13).prop_map(|(l, a)| Op::AllocAligned(l, a)),
+        2 => (0usize..3000, 0usize..5000, 0u8..9).prop_map(|(a, b, c)| Op::Prepare(a.min(b), a.max(b), c)),
+        1 => any::<usize>().prop_map(Op::Freeze),
+        3 => any::<usize>().prop_map(Op::Drop),
+        2 => any::<usize>().prop_map(Op::DropElsewhere),
+    ]
+}
+
+enum Handle {
+    Mut(Frag),
+    Frozen(FrozenFrag, FrozenFrag),
+}
+
+impl Handle {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Handle::Mut(f) => f,
+            Handle::Frozen(f, _) => f,
+        }
+    }
+}
+
+/// A live fragment and the byte it was filled with.
+struct Live {
+    handle: Handle,
+    fill: u8,
+}
+
+fn check(live: &[Live]) {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for l in live {
+        let b = l.handle.bytes();
+        assert!(
+            b.iter().all(|x| *x == l.fill),
+            "contents of a live fragment changed"
+        );
+        if let Handle::Frozen(a, c) = &l.handle {
+            assert_eq!(a.as_ptr(), c.as_ptr());
+        }
+        if !b.is_empty() {
+            ranges.push((b.as_ptr() as usize, b.len()));
+        }
+    }
+    ranges.sort();
+    for w in ranges.windows(2) {
+        assert!(
+            w[0].0 + w[0].1 <= w[1].0,
+            "fragments overlap: {:?} and {:?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+fn run_case(ops: &[Op]) {
+    let (tx, rx) = mpsc::channel::<Live>();
+    let dropper = std::thread::spawn(move || {
+        for l in rx {
+            assert!(
+                l.handle.bytes().iter().all(|x| *x == l.fill),
+                "contents changed in flight"
+            );
+            drop(l);
+        }
+    });
+    let mut cache = FragCache::with_chunk_size(8192);
+    let mut live: Vec<Live> = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let fill = (i % 251) as u8 + 1;
+        let new = match *op {
+            Op::Alloc(len) => Some(cache.alloc(len)),
+            Op::AllocAligned(len, log) => {
+                let f = cache.alloc_aligned(len, 1 << log);
+                assert_eq!(
+                    f.as_ptr() as usize % (1 << log),
+                    0,
+                    "alignment {} broken",
+                    1 << log
+                );
+                Some(f)
+            }
+            Op::Prepare(min, max, share) => {
+                let mut b = cache.prepare(min, max);
+                assert!(
+                    b.len() >= min && b.len() <= max,
+                    "prepare({min}, {max}) gave {}",
+                    b.len()
+                );
+                b.fill(fill);
+                if share == 8 {
+                    b.abort();
+                    None
+                } else {
+                    let n = b.len() * share as usize / 8;
+                    Some(b.commit(n))
+                }
+            }
+            Op::Freeze(k) if !live.is_empty() => {
+                let k = k % live.len();
+                let l = live.swap_remove(k);
+                let handle = match l.handle {
+                    Handle::Mut(f) => {
+                        let a = f.freeze();
+                        let b = a.clone();
+                        Handle::Frozen(a, b)
+                    }
+                    h => h,
+                };
+                live.push(Live {
+                    handle,
+                    fill: l.fill,
+                });
+                None
+            }
+            Op::Drop(k) if !live.is_empty() => {
+                let k = k % live.len();
+                drop(live.swap_remove(k));
+                None
+            }
+            Op::DropElsewhere(k) if !live.is_empty() => {
+                let k = k % live.len();
+                tx.send(live.swap_remove(k)).unwrap();
+                None
+            }
+            _ => None,
+        };
+        if let Some(mut f) = new {
+            f.fill(fill);
+            live.push(Live {
+                handle: Handle::Mut(f),
+                fill,
+            });
+        }
+        check(&live);
+    }
+    // Half of what is left goes to the other thread, the rest is dropped here.
+    for (i, l) in live.into_iter().enumerate() {
+        if i % 2 == 0 {
+            tx.send(l).unwrap();
+        } else {
+            drop(l);
+        }
+    }
+    drop(tx);
+    dropper.join().unwrap();
+    let s = cache.stats();
+    assert_eq!(s.bytes_outstanding, 0, "{s:?}");
+    // Only the chunk being carved and parked spare chunks remain allocated.
+    assert!(s.bytes_mapped <= (s.spare_chunks + 1) * 8192, "{s:?}");
+}
+
+/// Waits for the background trimmer's transient allocations to settle, then reads LIVE.
+fn settled_live(expect: isize) -> isize {
+    let mut now = LIVE.load(Ordering::Relaxed);
+    for _ in 0..200 {
+        if now == expect {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        now = LIVE.load(Ordering::Relaxed);
+    }
+    now
+}
+
+#[test]
+fn random_fragment_sequences() {
+    // Warm-up: lazily allocated process state (registry, trimmer thread, thread bookkeeping).
+    run_case(&[Op::Alloc(10), Op::DropElsewhere(0)]);
+    pagepipe::shrink();
+    let start = settled_live(LIVE.load(Ordering::Relaxed));
+    let leaked = AtomicIsize::new(0);
+    let config = ProptestConfig {
+        cases: 96,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(ops in proptest::collection::vec(op(), 1..120))| {
+        pagepipe::shrink(); // lets the registry drop dead entries before the baseline
+        let before = settled_live(LIVE.load(Ordering::Relaxed));
+        run_case(&ops);
+        pagepipe::shrink();
+        let after = settled_live(before);
+        // Exact almost always; the process-wide trimmer thread and lazily built runtime state
+        // (thread bookkeeping) occasionally hold a few hundred bytes across the measurement.
+        // A leaked chunk header is 128 bytes per chunk and a leaked large fragment over 9000,
+        // so leaks show in the sum over all cases, checked below.
+        prop_assert!(after - before <= 1024, "{} bytes not given back to the global allocator", after - before);
+        leaked.fetch_add(after - before, Ordering::Relaxed);
+    });
+    pagepipe::shrink();
+    let end = settled_live(start);
+    let leaked = leaked.load(Ordering::Relaxed);
+    assert!(leaked <= 4096, "{leaked} bytes kept over all cases");
+    assert!(
+        end - start <= 4096,
+        "{} bytes kept over the whole test",
+        end - start
+    );
+}
