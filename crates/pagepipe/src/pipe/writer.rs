@@ -199,6 +199,7 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, buf: &[u8]) -> usize {
     let limit = sh.max_usage.load(Ordering::Relaxed) as u64; // changes only with both sides held
     let geo = sh.geo(ws);
     let mut done = 0;
+    let mut staged = 0;
     while done < buf.len() {
         if ring::is_full(head, tail, limit) {
             // Acquire: pairs with the reader's Release tail RMW, so its reads of the freed pages
@@ -211,22 +212,32 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, buf: &[u8]) -> usize {
         let n = (buf.len() - done).min(geo.slot_size);
         // SAFETY: the position at `head` is free (head - tail < limit), so its page is ours
         // until published; n <= slot_size keeps the copy inside it; `buf` is a distinct borrow.
-        unsafe { publish(sh, geo, head, buf[done..].as_ptr(), n) };
+        unsafe { stage(sh, geo, head, buf[done..].as_ptr(), n) };
         head += 1;
         done += n;
+        staged += 1;
+        if staged == PUBLISH_BATCH {
+            publish(sh, staged);
+            staged = 0;
+        }
     }
+    publish(sh, staged);
     ws.head = head;
     ws.cached_tail = tail;
     done
 }
 
+/// Slots staged before one publication: one head RMW (one cache-line handoff to a reader
+/// waiting at the head) per this many pages.
+const PUBLISH_BATCH: u64 = 4;
+
 /// Copies `len` bytes from `src` (unless null: already in place) into the free slot `head` and
-/// publishes it.
+/// sets up its state; [`publish`] makes it visible.
 ///
 /// # Safety
 /// The caller holds the write side, slot `head` is free, `len <= slot_size`, and `src` (if not
 /// null) is valid for `len` bytes and does not overlap the slot's page.
-unsafe fn publish(sh: &Shared, geo: &Geometry, head: u64, src: *const u8, len: usize) {
+unsafe fn stage(sh: &Shared, geo: &Geometry, head: u64, src: *const u8, len: usize) {
     let (pos, slot): (usize, &Slot) = geo.slot(head);
     sh.claim(slot);
     if !src.is_null() {
@@ -236,8 +247,15 @@ unsafe fn publish(sh: &Shared, geo: &Geometry, head: u64, src: *const u8, len: u
     let flags = if sh.config.packet { PACKET } else { CAN_MERGE };
     slot.start.store(0, Ordering::Relaxed);
     slot.state.store(len as u64 | flags, Ordering::Relaxed);
-    // Release: pairs with the reader's Acquire load of head, publishing the page and the slot.
-    let old = sh.head.fetch_add(ONE, Ordering::Release);
+}
+
+/// Publishes the next `n` staged slots and wakes a sleeping reader.
+fn publish(sh: &Shared, n: u64) {
+    if n == 0 {
+        return;
+    }
+    // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
+    let old = sh.head.fetch_add(n * ONE, Ordering::Release);
     sh.wake_readers_if_waiting(old);
 }
 
@@ -300,9 +318,10 @@ impl WriteChunk<'_> {
         for off in (0..n).step_by(ss) {
             // SAFETY: slot `head` is one of the chunk's free slots; null means the bytes are
             // already in place; (n - off).min(ss) <= slot_size.
-            unsafe { publish(sh, geo, head, std::ptr::null(), (n - off).min(ss)) };
+            unsafe { stage(sh, geo, head, std::ptr::null(), (n - off).min(ss)) };
             head += 1;
         }
+        publish(sh, head - self.guard.head);
         self.guard.head = head;
         n
     }
