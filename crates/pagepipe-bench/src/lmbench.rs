@@ -186,6 +186,7 @@ fn table_for(
             n: s.n,
         };
         let vs_kernel = match (&kernel, lower_is_better) {
+            _ if t == Transport::Kernel => "1.00x".into(),
             (Some(k), false) => ratio_cell(&s, k),
             (Some(k), true) => ratio_cell(k, &s), // kernel latency / ours: > 1 means faster
             (None, _) => "-".into(),

@@ -245,8 +245,15 @@ pub fn summary_of<'a>(sums: &'a [(String, Summary)], key: &str) -> &'a Summary {
         .1
 }
 
-/// "2.41x" plus a mark when the two intervals overlap (not distinguishable from noise).
+/// "2.41x" plus a mark when the two intervals overlap (not distinguishable from noise);
+/// "1.00x" for the baseline itself, "-" when the baseline is zero.
 pub fn ratio_cell(ours: &Summary, base: &Summary) -> String {
+    if std::ptr::eq(ours, base) {
+        return "1.00x".into();
+    }
+    if base.median == 0.0 || ours.median == 0.0 {
+        return "-".into();
+    }
     let noise = if ours.distinct_from(base) {
         ""
     } else {
@@ -294,6 +301,11 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
             if v.transport == Transport::Kernel {
                 kernel = Some(mbps);
             }
+            let vs_kernel = match &kernel {
+                _ if v.transport == Transport::Kernel => "1.00x".into(),
+                Some(k) => ratio_cell(&mbps, k),
+                None => "-".into(),
+            };
             if json {
                 print_json(&rec);
             }
@@ -306,7 +318,7 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
                 format!("{:.1}", rec.get("lat_p99_ns").unwrap() / 1e3),
                 format!("{:.0}", rec.get("minor_faults").unwrap()),
                 format!("{:.2}", rec.get("cpu_s").unwrap()),
-                kernel.as_ref().map_or("-".into(), |k| ratio_cell(&mbps, k)),
+                vs_kernel,
             ]);
         }
     }

@@ -42,7 +42,7 @@ impl Row {
         };
         let get = |t: Transport| self.cells.iter().find(|(ct, _)| *ct == t).map(|(_, s)| s);
         let ratio = match (get(Transport::Pagepipe), get(Transport::Kernel)) {
-            (Some(p), Some(k)) if self.lower_is_better && p.median > 0.0 => ratio_cell(k, p),
+            (Some(p), Some(k)) if self.lower_is_better => ratio_cell(k, p),
             (Some(p), Some(k)) if !self.lower_is_better => ratio_cell(p, k),
             _ => "-".into(),
         };
