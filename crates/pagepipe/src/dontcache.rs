@@ -855,19 +855,8 @@ impl Seek for Writer {
     /// Moves the cursor for [`Write::write`]; `SeekFrom::End` is relative to the file's current
     /// size.
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        let (base, delta) = match pos {
-            SeekFrom::Start(n) => (n, 0),
-            SeekFrom::Current(d) => (self.pos, d),
-            SeekFrom::End(d) => (self.file.metadata()?.len(), d),
-        };
-        let new = base.checked_add_signed(delta).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("seek to {base} + {delta} is out of range"),
-            )
-        })?;
-        self.pos = new;
-        Ok(new)
+        self.pos = seek_target(&self.file, self.pos, pos)?;
+        Ok(self.pos)
     }
 }
 
@@ -1028,20 +1017,25 @@ impl io::Read for Reader {
 
 impl Seek for Reader {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        let (base, delta) = match pos {
-            SeekFrom::Start(n) => (n, 0),
-            SeekFrom::Current(d) => (self.pos, d),
-            SeekFrom::End(d) => (self.file.metadata()?.len(), d),
-        };
-        let new = base.checked_add_signed(delta).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("seek to {base} + {delta} is out of range"),
-            )
-        })?;
-        self.pos = new;
-        Ok(new)
+        self.pos = seek_target(&self.file, self.pos, pos)?;
+        Ok(self.pos)
     }
+}
+
+/// Where `pos` moves a cursor at `cur` in `file` (`SeekFrom::End` is relative to its current
+/// size); `InvalidInput` for a target below 0 or past `u64::MAX`.
+fn seek_target(file: &File, cur: u64, pos: SeekFrom) -> io::Result<u64> {
+    let (base, delta) = match pos {
+        SeekFrom::Start(n) => (n, 0),
+        SeekFrom::Current(d) => (cur, d),
+        SeekFrom::End(d) => (file.metadata()?.len(), d),
+    };
+    base.checked_add_signed(delta).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("seek to {base} + {delta} is out of range"),
+        )
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
