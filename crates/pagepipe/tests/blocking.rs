@@ -261,3 +261,52 @@ fn read_chunk_borrows_and_consumes_in_place() {
         "end of file is an empty chunk"
     );
 }
+
+#[test]
+fn resizing_while_streaming_keeps_every_byte_in_order() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    let policy = pagepipe::PoolPolicy::Unified { keep: 2, burst: 8 };
+    let (mut w, mut r) = Builder::new().pool(policy).build().unwrap();
+    let resizer = w.clone();
+    let total: u32 = 4 << 20;
+    let writer = thread::spawn(move || {
+        let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+        for chunk in data.chunks(10_000) {
+            w.write_all(chunk).unwrap();
+        }
+    });
+    let reader = thread::spawn(move || {
+        let mut got = Vec::with_capacity(total as usize);
+        r.read_to_end(&mut got)
+            .unwrap_or_else(|e| panic!("read failed: {e}"));
+        got
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let resizes = thread::spawn(move || {
+        let resizer = resizer; // a writer clone: end of file comes only once this thread ends
+        let mut ok = 0;
+        for i in 0.. {
+            if stop2.load(Relaxed) {
+                break;
+            }
+            // Shrinks below the queued slots fail with EBUSY; everything else must succeed.
+            match resizer.set_capacity([4096, 65536, 16384, 1 << 20][i % 4]) {
+                Ok(_) => ok += 1,
+                Err(e) => assert_eq!(e.kind(), ErrorKind::ResourceBusy),
+            }
+            thread::yield_now();
+        }
+        ok
+    });
+    writer.join().unwrap();
+    stop.store(true, Relaxed);
+    assert!(resizes.join().unwrap() > 0, "no resize succeeded");
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), total as usize);
+    assert!(
+        got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+        "bytes lost or reordered"
+    );
+}

@@ -320,10 +320,15 @@ impl Shared {
         if pages == 0 {
             return;
         }
+        // A seqlock-style read of (ring size, arena): set_capacity stores ring = 0, the new
+        // arena, then the new ring size. Acquire (all three): pairs with those Release stores.
+        // Seeing the same non-zero size before and after the arena means the arena is the one
+        // that size describes (or a retired one, which stays mapped: see `retired`).
         let ring = self.prefill_ring.load(Ordering::Acquire);
-        // Acquire: pairs with the Release store in set_capacity, so the arena is the one the
-        // ring size describes (or a retired one, which stays mapped: see `retired`).
         let arena = self.prefill_arena.load(Ordering::Acquire);
+        if ring == 0 || self.prefill_ring.load(Ordering::Acquire) != ring {
+            return; // resizing right now: skip the optimisation
+        }
         let first = ring::slot(ring::index(self.head.load(Ordering::Relaxed)), ring);
         let ss = self.config.slot_size;
         for (start, count) in wrapped_runs(first, pages.min(ring), ring) {
@@ -477,8 +482,9 @@ impl Shared {
                 // arenas are distinct mappings; both sides are held, so no one else touches them.
                 unsafe { std::ptr::copy_nonoverlapping(old.page(opos), new.page(npos), end) };
             }
-            self.prefill_ring.store(0, Ordering::Relaxed);
-            // Release: pairs with the Acquire load in `prefill`.
+            // Release (all three): pairs with the Acquire loads in `prefill`, which read the ring
+            // size before and after the arena and skip when they differ or are 0.
+            self.prefill_ring.store(0, Ordering::Release);
             self.prefill_arena
                 .store(new.arena.as_ptr(), Ordering::Release);
             self.prefill_ring.store(ring_size, Ordering::Release);

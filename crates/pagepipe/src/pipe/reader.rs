@@ -45,7 +45,8 @@ impl Reader {
     ///
     /// Blocks until data is queued (in non-blocking mode fails with
     /// [`io::ErrorKind::WouldBlock`] instead); an empty chunk means end of file. Other readers
-    /// wait until the chunk is dropped.
+    /// wait until the chunk is dropped, and so does `set_capacity`: the thread holding it must
+    /// not read from or resize this pipe meanwhile (that would deadlock).
     ///
     /// ```
     /// use std::io::Write;

@@ -81,8 +81,9 @@ impl Writer {
     /// Borrows free slots of the ring to fill in place; see [`WriteChunk`].
     ///
     /// Blocks until at least one slot is free (in non-blocking mode fails with
-    /// [`io::ErrorKind::WouldBlock`] instead). Other writers wait until the chunk is committed
-    /// or dropped.
+    /// [`io::ErrorKind::WouldBlock`] instead). The chunk holds the write side: other writers, and
+    /// `set_capacity`, wait until it is committed or dropped, so the thread holding it must not
+    /// write to, resize or inspect the pool of this pipe meanwhile (that would deadlock).
     ///
     /// # Errors
     /// [`io::ErrorKind::BrokenPipe`] when every reader is gone.
