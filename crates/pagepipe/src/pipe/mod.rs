@@ -122,6 +122,11 @@ pub(crate) struct ReadSide {
     cached_head: u64,
 }
 
+/// The state behind a side lock: what [`Shared::geo`] accepts as proof of holding a side.
+trait Side {}
+impl Side for WriteSide {}
+impl Side for ReadSide {}
+
 type WriteGuard<'a> = MutexGuard<'a, WriteSide>;
 type ReadGuard<'a> = MutexGuard<'a, ReadSide>;
 
@@ -147,12 +152,12 @@ pub(crate) struct Shared {
     geo: UnsafeCell<Geometry>,
     /// Slots data may use; equal to the ring size (no reserved slots yet). Read by sleepers.
     max_usage: AtomicUsize,
-    /// The arena and ring size, for faulting pages in ahead of a write without holding the write
-    /// side (the Unified policy). Arenas replaced by `set_capacity` stay mapped in `retired`
-    /// until the pipe is dropped, so a stale pointer here still names mapped memory.
+    /// The arena and its ring size (0 while `set_capacity` replaces them), for faulting pages in
+    /// ahead of a write without holding the write side (the Unified policy).
     prefill_arena: AtomicPtr<u8>,
     prefill_ring: AtomicUsize,
-    retired: Mutex<Vec<Mapping>>,
+    /// Prefills in flight: `set_capacity` unmaps an arena only once none can still use it.
+    prefilling: AtomicUsize,
     writers: AtomicUsize,
     readers: AtomicUsize,
     write_nonblocking: AtomicBool,
@@ -193,7 +198,7 @@ impl Shared {
             prefill_ring: AtomicUsize::new(ring_size),
             geo: UnsafeCell::new(geo),
             max_usage: AtomicUsize::new(ring_size),
-            retired: Mutex::new(Vec::new()),
+            prefilling: AtomicUsize::new(0),
             writers: AtomicUsize::new(1),
             readers: AtomicUsize::new(1),
             write_nonblocking: AtomicBool::new(false),
@@ -206,8 +211,9 @@ impl Shared {
     }
 
     fn lock_write(&self) -> WriteGuard<'_> {
-        // A panic while holding a side cannot leave the ring inconsistent (indices are published
-        // last), so a poisoned lock is still usable.
+        // A side is poisoned by a panic in the caller's code while it held a chunk (nothing was
+        // committed or consumed then, so the side state is consistent and the lock usable) or
+        // by a failed debug assertion inside pagepipe (a bug, reported by that panic).
         self.write_side.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -216,7 +222,7 @@ impl Shared {
     }
 
     /// The geometry, borrowed for as long as the caller holds a side (`_side` proves it).
-    fn geo<'a, S>(&'a self, _side: &'a MutexGuard<'_, S>) -> &'a Geometry {
+    fn geo<'a, S: Side>(&'a self, _side: &'a MutexGuard<'_, S>) -> &'a Geometry {
         // SAFETY: the caller holds a side lock; `geo` is replaced only by `set_capacity`, which
         // holds both, so no `&mut` to it exists while this borrow (tied to the guard) lives.
         unsafe { &*self.geo.get() }
@@ -227,6 +233,9 @@ impl Shared {
     /// Called after a slot was published with a `head` RMW that returned `old`.
     fn wake_readers_if_waiting(&self, old: u64) {
         if old & WAITING != 0 {
+            // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
+            // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT
+            // fails or is woken by this wake_all: correct because we wake all, never one.
             self.head.fetch_and(!WAITING, Ordering::Relaxed);
             self.readable.wake_all();
         }
@@ -235,6 +244,7 @@ impl Shared {
     /// Called after a slot was consumed with a `tail` RMW that returned `old`.
     fn wake_writers_if_waiting(&self, old: u64) {
         if old & WAITING != 0 {
+            // Relaxed: as in wake_readers_if_waiting.
             self.tail.fetch_and(!WAITING, Ordering::Relaxed);
             self.writable.wake_all();
         }
@@ -250,16 +260,19 @@ impl Shared {
             || self.writers.load(Ordering::Acquire) == 0
     }
 
+    /// A consistent `(head, tail)` index snapshot: tail is read first, so the head read after
+    /// it is never behind it (head only grows, and tail never passes it).
+    fn indices(&self) -> (u64, u64) {
+        // Acquire (both): pair with the Release RMWs that advance tail and head.
+        let t = ring::index(self.tail.load(Ordering::Acquire));
+        let h = ring::index(self.head.load(Ordering::Acquire));
+        (h, t)
+    }
+
     fn writable_now(&self) -> bool {
-        let (h, t) = (
-            self.head.load(Ordering::Acquire),
-            self.tail.load(Ordering::Acquire),
-        );
-        !ring::is_full(
-            ring::index(h),
-            ring::index(t),
-            self.max_usage.load(Ordering::Acquire) as u64,
-        ) || self.readers.load(Ordering::Acquire) == 0
+        let (h, t) = self.indices();
+        !ring::is_full(h, t, self.max_usage.load(Ordering::Acquire) as u64)
+            || self.readers.load(Ordering::Acquire) == 0
     }
 
     /// Blocks until the ring may hold data or every writer is gone.
@@ -314,40 +327,52 @@ impl Shared {
         free.saturating_sub(self.dropped.load(Ordering::Relaxed))
     }
 
-    /// Faults in the pages the next `len` bytes will need, without holding the write side.
-    fn prefill(&self, len: usize) {
+    /// Faults in the free pages the next `len` bytes will need, without holding the write side;
+    /// returns the slot range faulted in, for [`Shared::adopt_prefill`].
+    fn prefill(&self, len: usize) -> Option<(u64, u64)> {
         let pages = self.config.policy.prefill(len, self.config.slot_size);
         if pages == 0 {
-            return;
+            return None;
         }
-        // A seqlock-style read of (ring size, arena): set_capacity stores ring = 0, the new
-        // arena, then the new ring size. Acquire (all three): pairs with those Release stores.
-        // Seeing the same non-zero size before and after the arena means the arena is the one
-        // that size describes (or a retired one, which stays mapped: see `retired`).
-        let ring = self.prefill_ring.load(Ordering::Acquire);
+        // SeqCst (this increment and the ring load below, with set_capacity's store of 0 and its
+        // load of `prefilling`): a store-then-load handshake in each direction, which only
+        // SeqCst orders. Either set_capacity sees us in flight and waits, or we see ring 0 (or
+        // the new ring with its new arena) and never touch the old arena.
+        self.prefilling.fetch_add(1, Ordering::SeqCst);
+        let ring = self.prefill_ring.load(Ordering::SeqCst);
+        // Acquire: pairs with the Release store of the arena in set_capacity (made before the
+        // ring size we just read).
         let arena = self.prefill_arena.load(Ordering::Acquire);
-        if ring == 0 || self.prefill_ring.load(Ordering::Acquire) != ring {
-            return; // resizing right now: skip the optimisation
+        let mut range = None;
+        if ring != 0 {
+            let (head, tail) = self.indices();
+            // Only free positions: the pages of queued data are resident anyway.
+            let end = (head + pages as u64).min(tail + ring as u64);
+            let ss = self.config.slot_size;
+            let first = ring::slot(head, ring);
+            for (start, count) in wrapped_runs(first, end.saturating_sub(head) as usize, ring) {
+                // MADV_POPULATE_WRITE does not change contents, so racing another writer that
+                // fills one of these pages is harmless.
+                crate::sys::advise_raw_populate(arena, start * ss, count * ss);
+            }
+            range = Some((head, end));
         }
-        let first = ring::slot(ring::index(self.head.load(Ordering::Relaxed)), ring);
-        let ss = self.config.slot_size;
-        for (start, count) in wrapped_runs(first, pages.min(ring), ring) {
-            // MADV_POPULATE_WRITE does not change contents, so populating a page another writer
-            // is filling (or one holding data) is harmless.
-            crate::sys::advise_raw_populate(arena, start * ss, count * ss);
-        }
+        // Release: pairs with the SeqCst load in set_capacity, so our madvise happens before
+        // the arena is unmapped.
+        self.prefilling.fetch_sub(1, Ordering::Release);
+        range
     }
 
-    /// After a prefill, under the write side: marks the free positions just faulted in as spare.
-    fn adopt_prefill(&self, ws: &WriteGuard<'_>, len: usize) {
-        let pages = self.config.policy.prefill(len, self.config.slot_size);
-        if pages == 0 {
+    /// Under the write side: marks the positions [`Shared::prefill`] faulted in as spare pages,
+    /// if no other writer has used them meanwhile (else their accounting is left alone: a
+    /// resident page marked dropped only costs an early trim, never data).
+    fn adopt_prefill(&self, ws: &WriteGuard<'_>, range: Option<(u64, u64)>) {
+        let Some((start, end)) = range else { return };
+        if start != ws.head {
             return;
         }
         let geo = self.geo(ws);
-        let tail = ring::index(self.tail.load(Ordering::Acquire));
-        let free_end = tail + geo.ring_size as u64;
-        for i in ws.head..(ws.head + pages as u64).min(free_end) {
+        for i in start..end {
             let (_, slot) = geo.slot(i);
             let st = slot.state.load(Ordering::Relaxed);
             if st & DROPPED != 0 {
@@ -405,18 +430,12 @@ impl Shared {
         } else {
             self.config.policy.idle_keep()
         };
-        let (h, t) = (
-            self.head.load(Ordering::Relaxed),
-            self.tail.load(Ordering::Relaxed),
-        );
-        if self.spare(ring::index(h), ring::index(t)) <= keep {
+        let (h, t) = self.indices();
+        if self.spare(h, t) <= keep {
             return 0;
         }
-        if !force {
-            let h = ring::index(self.head.load(Ordering::Relaxed));
-            if self.idle_mark.swap(h, Ordering::Relaxed) != h {
-                return 0; // written since the last tick: busy, not idle
-            }
+        if !force && self.idle_mark.swap(h, Ordering::Relaxed) != h {
+            return 0; // written since the last tick: busy, not idle
         }
         match self.write_side.try_lock() {
             Ok(ws) => self.trim_locked(&ws, keep),
@@ -427,11 +446,8 @@ impl Shared {
 
     /// Spare pages as the pool counts them (see `dropped`).
     pub(crate) fn spare_pages(&self) -> usize {
-        let (h, t) = (
-            self.head.load(Ordering::Acquire),
-            self.tail.load(Ordering::Acquire),
-        );
-        self.spare(ring::index(h), ring::index(t))
+        let (h, t) = self.indices();
+        self.spare(h, t)
     }
 
     /// Resident 4 KiB pages at free positions, counted with `mincore(2)`.
@@ -450,6 +466,15 @@ impl Shared {
     }
 
     // ----- capacity -----
+
+    /// Stops prefills from using the current arena and waits until none is using it.
+    fn retire_prefill_arena(&self) {
+        // SeqCst (store and loads): the other half of the handshake in `prefill`.
+        self.prefill_ring.store(0, Ordering::SeqCst);
+        while self.prefilling.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now(); // a prefill is one madvise call: short
+        }
+    }
 
     pub(crate) fn capacity(&self) -> usize {
         self.max_usage.load(Ordering::Acquire) * self.config.slot_size
@@ -482,22 +507,16 @@ impl Shared {
                 // arenas are distinct mappings; both sides are held, so no one else touches them.
                 unsafe { std::ptr::copy_nonoverlapping(old.page(opos), new.page(npos), end) };
             }
-            // Release (all three): pairs with the Acquire loads in `prefill`, which read the ring
-            // size before and after the arena and skip when they differ or are 0.
-            self.prefill_ring.store(0, Ordering::Release);
+            self.retire_prefill_arena();
+            // Release: pairs with the Acquire load of the arena in `prefill`.
             self.prefill_arena
                 .store(new.arena.as_ptr(), Ordering::Release);
-            self.prefill_ring.store(ring_size, Ordering::Release);
             // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
             // a side guard other than ours) and nobody else can take one until we release them.
             let old = unsafe { std::ptr::replace(self.geo.get(), new) };
-            // The retired arena keeps its address space only (its pages go back to the OS) in
-            // case a racing prefill still points there.
-            old.arena.dontneed(0, old.arena.len());
-            self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(old.arena);
+            drop(old); // unmaps the old arena: no prefill can be using it (retire_prefill_arena)
+                       // SeqCst: see `prefill`; a prefill that reads this size reads the new arena too.
+            self.prefill_ring.store(ring_size, Ordering::SeqCst);
             // The new arena is untouched but for the data copied in: every free position is dropped.
             self.dropped.store(ring_size - queued, Ordering::Relaxed);
             // Release: pairs with the Acquire load in `writable_now`.

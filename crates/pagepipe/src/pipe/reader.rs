@@ -1,6 +1,6 @@
 //! The reading end: `io::Read`, packet reads, and borrowing queued bytes in place.
 
-use super::writer::would_block;
+use super::writer::{would_block, PUBLISH_BATCH};
 use super::{Geometry, ReadGuard, Shared, Slot, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring::{self, ONE};
 use crate::sync::{Arc, Ordering};
@@ -122,6 +122,7 @@ fn consume(
     mut sink: impl FnMut(usize, &[u8]),
 ) -> usize {
     let (mut tail, mut head) = (rs.tail, rs.cached_head);
+    let mut released = 0;
     let geo = sh.geo(rs);
     let mut n = 0;
     while n < max {
@@ -158,6 +159,11 @@ fn consume(
         }
         if release(sh, geo, (pos, slot, st), tail, head) {
             tail += 1;
+            released += 1;
+            if released == PUBLISH_BATCH {
+                advance_tail(sh, released);
+                released = 0;
+            }
         } else {
             // A writer merged more bytes into this (last) slot: read on from where we stopped.
             slot.start.store((start + c) as u64, Ordering::Relaxed);
@@ -166,6 +172,7 @@ fn consume(
             break;
         }
     }
+    advance_tail(sh, released);
     rs.tail = tail;
     rs.cached_head = head;
     n
@@ -173,7 +180,7 @@ fn consume(
 
 /// Releases the drained slot `tail` (at `pos`, seen with state `st`) unless a writer merged into
 /// it meanwhile (then false); keeps its page as a spare or gives it back to the OS, as the pool
-/// policy says, and advances the tail.
+/// policy says. The caller advances the tail ([`advance_tail`]).
 fn release(
     sh: &Shared,
     geo: &Geometry,
@@ -205,11 +212,18 @@ fn release(
         sh.dropped.fetch_add(1, Ordering::Relaxed);
         geo.arena.dontneed(pos * geo.slot_size, geo.slot_size);
     }
-    // Release: pairs with the writer's Acquire load of tail, so our reads of this page (and the
-    // DONTNEED) happen before the writer reuses the position.
-    let old = sh.tail.fetch_add(ONE, Ordering::Release);
-    sh.wake_writers_if_waiting(old);
     true
+}
+
+/// Hands `n` released slots back to the writer side and wakes a sleeping writer.
+fn advance_tail(sh: &Shared, n: u64) {
+    if n == 0 {
+        return;
+    }
+    // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
+    // their DONTNEED) happen before the writer reuses the positions.
+    let old = sh.tail.fetch_add(n * ONE, Ordering::Release);
+    sh.wake_writers_if_waiting(old);
 }
 
 /// The queued bytes of a pipe, borrowed in place: look at them through [`ReadChunk::slices`],

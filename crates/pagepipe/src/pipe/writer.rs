@@ -1,6 +1,6 @@
 //! The writing end: `io::Write`, Linux's merge and atomicity rules, and the in-place chunk API.
 
-use super::{Geometry, Shared, Slot, WriteGuard, CAN_MERGE, END_MASK, PACKET, RELEASED};
+use super::{Geometry, Shared, Slot, WriteGuard, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring::{self, ONE};
 use crate::sync::{Arc, Ordering};
 use std::io;
@@ -132,9 +132,9 @@ impl Writer {
             return Ok(0); // a null write succeeds, even with no reader (as in Linux)
         }
         let sh = &*self.shared;
-        sh.prefill(buf.len());
+        let prefilled = sh.prefill(buf.len());
         let mut ws = sh.lock_write();
-        sh.adopt_prefill(&ws, buf.len());
+        sh.adopt_prefill(&ws, prefilled);
         let result = 'write: {
             if sh.readers.load(Ordering::Acquire) == 0 {
                 break 'write Err(broken_pipe());
@@ -189,7 +189,15 @@ fn merge(sh: &Shared, ws: &WriteGuard<'_>, buf: &[u8]) -> usize {
         .compare_exchange(st, st + chars as u64, Ordering::Release, Ordering::Relaxed)
     {
         Ok(_) => chars,
-        Err(_) => 0,
+        Err(now) => {
+            if now & DROPPED != 0 {
+                // The reader gave the page back before our copy faulted it in again: give it
+                // back once more, so a DROPPED position really holds no page. Safe: the slot is
+                // released and only write-side holders (us) reuse free positions.
+                geo.arena.dontneed(pos * ss, ss);
+            }
+            0
+        }
     }
 }
 
@@ -228,9 +236,9 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, buf: &[u8]) -> usize {
     done
 }
 
-/// Slots staged before one publication: one head RMW (one cache-line handoff to a reader
-/// waiting at the head) per this many pages.
-const PUBLISH_BATCH: u64 = 4;
+/// Slots staged before one publication (and, on the reader side, released before one tail
+/// update): one index RMW, one cache-line handoff to the other side, per this many pages.
+pub(crate) const PUBLISH_BATCH: u64 = 4;
 
 /// Copies `len` bytes from `src` (unless null: already in place) into the free slot `head` and
 /// sets up its state; [`publish`] makes it visible.
