@@ -95,3 +95,28 @@ fn loom_page_never_handed_out_twice() {
         assert_ne!(got[0], got[4096]);
     });
 }
+
+#[test]
+fn loom_two_sleeping_readers_both_wake() {
+    loom::model(|| {
+        // Two reader clones may both register as sleepers; one publication clears the flag for
+        // both, so waking must wake all of them: each still gets its byte.
+        let (mut w, r) = one_slot_pipe();
+        let r2 = r.clone();
+        let a = thread::spawn(move || {
+            let mut b = [0u8; 1];
+            (&r).read_exact(&mut b).unwrap();
+            b[0]
+        });
+        let b = thread::spawn(move || {
+            let mut b = [0u8; 1];
+            (&r2).read_exact(&mut b).unwrap();
+            b[0]
+        });
+        w.write_all(b"x").unwrap();
+        w.write_all(b"y").unwrap();
+        let mut got = [a.join().unwrap(), b.join().unwrap()];
+        got.sort();
+        assert_eq!(&got, b"xy");
+    });
+}
