@@ -56,6 +56,7 @@ impl Futex {
         {
             let _ = timeout;
             let guard = self.lock.lock().unwrap();
+            // Acquire: pairs with the Release bump in `wake_all` (as in `seq`).
             if self.word.load(Ordering::Acquire) != seq {
                 return true;
             }

@@ -253,11 +253,8 @@ impl Shared {
     // ----- waiting (no side held) -----
 
     fn readable_now(&self) -> bool {
-        // Acquire (all three): pairs with the Release RMWs that publish head and tail and with the
-        // AcqRel decrement of the writer count, so a reader that sees the change sees what preceded it.
-        ring::index(self.head.load(Ordering::Acquire))
-            != ring::index(self.tail.load(Ordering::Acquire))
-            || self.writers.load(Ordering::Acquire) == 0
+        let (h, t) = self.indices();
+        h != t || self.writers_gone()
     }
 
     /// A consistent `(head, tail)` index snapshot: tail is read first, so the head read after
@@ -269,10 +266,22 @@ impl Shared {
         (h, t)
     }
 
+    /// True once every writer handle is dropped.
+    fn writers_gone(&self) -> bool {
+        // Acquire: pairs with the AcqRel decrement in Writer::drop, so a caller that sees 0 also
+        // sees every slot the writers published.
+        self.writers.load(Ordering::Acquire) == 0
+    }
+
+    /// True once every reader handle is dropped.
+    fn readers_gone(&self) -> bool {
+        // Acquire: pairs with the AcqRel decrement in Reader::drop.
+        self.readers.load(Ordering::Acquire) == 0
+    }
+
     fn writable_now(&self) -> bool {
         let (h, t) = self.indices();
-        !ring::is_full(h, t, self.max_usage.load(Ordering::Acquire) as u64)
-            || self.readers.load(Ordering::Acquire) == 0
+        !ring::is_full(h, t, self.max_usage.load(Ordering::Acquire) as u64) || self.readers_gone()
     }
 
     /// Blocks until the ring may hold data or every writer is gone.
@@ -454,6 +463,7 @@ impl Shared {
     pub(crate) fn resident_spare_pages(&self) -> io::Result<usize> {
         let ws = self.lock_write();
         let geo = self.geo(&ws);
+        // Acquire: pairs with the reader's Release tail RMW (as in trim_locked).
         let tail = ring::index(self.tail.load(Ordering::Acquire));
         let mut n = 0;
         for i in ws.head..tail + geo.ring_size as u64 {

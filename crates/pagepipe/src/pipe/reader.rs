@@ -64,7 +64,7 @@ impl Reader {
         loop {
             // Acquire: pairs with the writer's Release head RMW.
             rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
-            if rs.cached_head != rs.tail || sh.writers.load(Ordering::Acquire) == 0 {
+            if rs.cached_head != rs.tail || sh.writers_gone() {
                 // Reread head: slots published before the last writer left belong to the chunk.
                 rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
                 return Ok(ReadChunk {
@@ -94,9 +94,9 @@ impl Reader {
             if n > 0 {
                 return Ok(n);
             }
-            // Acquire: pairs with the AcqRel decrement in Writer::drop, so seeing no writer means
-            // seeing every slot they published: look once more before reporting end of file.
-            if sh.writers.load(Ordering::Acquire) == 0 {
+            // Seeing no writer means seeing every slot they published (see `writers_gone`): look
+            // once more before reporting end of file.
+            if sh.writers_gone() {
                 return Ok(consume(sh, &mut rs, buf.len(), true, |off, src| {
                     buf[off..off + src.len()].copy_from_slice(src)
                 }));

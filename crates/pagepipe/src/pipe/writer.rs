@@ -104,7 +104,7 @@ impl Writer {
         let sh = &*self.shared;
         let mut ws = sh.lock_write();
         loop {
-            if sh.readers.load(Ordering::Acquire) == 0 {
+            if sh.readers_gone() {
                 return Err(broken_pipe());
             }
             let limit = sh.max_usage.load(Ordering::Relaxed) as u64;
@@ -136,7 +136,7 @@ impl Writer {
         let mut ws = sh.lock_write();
         sh.adopt_prefill(&ws, prefilled);
         let result = 'write: {
-            if sh.readers.load(Ordering::Acquire) == 0 {
+            if sh.readers_gone() {
                 break 'write Err(broken_pipe());
             }
             let mut done = merge(sh, &ws, buf);
@@ -151,7 +151,7 @@ impl Writer {
                 drop(ws);
                 sh.wait_writable();
                 ws = sh.lock_write();
-                if sh.readers.load(Ordering::Acquire) == 0 {
+                if sh.readers_gone() {
                     break 'write partial(done, broken_pipe());
                 }
             }
