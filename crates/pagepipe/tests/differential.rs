@@ -2,7 +2,7 @@
 //! pipe (pipe2 with O_NONBLOCK, F_SETPIPE_SZ) and a pagepipe side by side must give the same
 //! results, byte for byte.
 
-use pagepipe::{Builder, Reader, Writer};
+use pagepipe::{Builder, PoolPolicy, Reader, Writer};
 use proptest::prelude::*;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -31,6 +31,18 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CloseWriter),
         1 => Just(Op::CloseReader),
     ]
+}
+
+/// Every pool policy: page recycling must never change what a pipe does.
+const POLICIES: [PoolPolicy; 4] = [
+    PoolPolicy::Adaptive { keep: 2 },
+    PoolPolicy::Unified { keep: 2, burst: 8 },
+    PoolPolicy::TmpPage,
+    PoolPolicy::None,
+];
+
+fn policy() -> impl Strategy<Value = PoolPolicy> {
+    prop::sample::select(POLICIES.to_vec())
 }
 
 /// The kernel side: a non-blocking pipe.
@@ -108,13 +120,17 @@ fn pattern(seq: &mut u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn run(ops: &[Op], packet: bool) -> Result<(), TestCaseError> {
+fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError> {
     // SAFETY: ignoring SIGPIPE process-wide so EPIPE comes back as an error (Rust's runtime does
     // this too; be explicit).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let mut k = Kernel::new(packet);
     prop_assume!(k.capacity() == 65536, "kernel pipe did not start at 64 KiB");
-    let (w, r) = Builder::new().packet_mode(packet).build().unwrap();
+    let (w, r) = Builder::new()
+        .packet_mode(packet)
+        .pool(policy)
+        .build()
+        .unwrap();
     w.set_nonblocking(true).unwrap();
     r.set_nonblocking(true).unwrap();
     let mut ours = Ours {
@@ -186,13 +202,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn same_as_kernel_pipe(ops in prop::collection::vec(op(), 1..60)) {
-        run(&ops, false)?;
+    fn same_as_kernel_pipe(ops in prop::collection::vec(op(), 1..60), policy in policy()) {
+        run(&ops, false, policy)?;
     }
 
     #[test]
-    fn same_as_kernel_packet_pipe(ops in prop::collection::vec(op(), 1..60)) {
-        run(&ops, true)?;
+    fn same_as_kernel_packet_pipe(ops in prop::collection::vec(op(), 1..60), policy in policy()) {
+        run(&ops, true, policy)?;
     }
 }
 
@@ -236,7 +252,9 @@ fn merge_rule_examples() {
         vec![Write(10), CloseReader, Write(0), Write(1)],
         vec![Write(10), CloseWriter, Read(5), Read(5), Read(5)],
     ] {
-        run(&ops, false).unwrap();
-        run(&ops, true).unwrap();
+        for policy in POLICIES {
+            run(&ops, false, policy).unwrap();
+            run(&ops, true, policy).unwrap();
+        }
     }
 }
