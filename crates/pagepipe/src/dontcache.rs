@@ -48,7 +48,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::Duration;
 
 /// The default bound on a fallback writer's dirty data in flight: 32 MiB.
@@ -418,8 +418,12 @@ impl Shared {
     /// at most half a window per round so that other writers get their turn. Returns whether it
     /// did anything.
     fn service(&self) -> bool {
-        let Ok(mut inflight) = self.inflight.try_lock() else {
-            return false; // sync or drop is draining this writer itself
+        let mut inflight = match self.inflight.try_lock() {
+            Ok(guard) => guard,
+            // Taken over like every lock here (see `lock`): a panic elsewhere must not stall
+            // a writer waiting for its window.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false, // sync or drop is draining it itself
         };
         let Some(fd) = self.live_fd(&inflight) else {
             return false; // the writer is gone
@@ -490,23 +494,34 @@ static FLUSHER: Flusher = Flusher {
     writers: Mutex::new(Vec::new()),
 };
 
-/// Starts the flusher thread once; every later call returns the first outcome.
+/// Starts the flusher thread once per process. A forked child has no flusher thread (fork copies
+/// only the calling thread), so the pid it was started in is remembered and a child starts its
+/// own; a failed start is retried by the next writer.
 fn start_flusher() -> io::Result<()> {
-    static STARTED: OnceLock<Result<(), io::ErrorKind>> = OnceLock::new();
-    let outcome = STARTED.get_or_init(|| {
+    static STARTED_IN: Mutex<Option<u32>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut started = lock(&STARTED_IN);
+    if *started != Some(pid) {
         std::thread::Builder::new()
             .name("pagepipe-flush".into())
             .spawn(|| FLUSHER.run())
-            .map(drop)
-            .map_err(|e| e.kind())
-    });
-    outcome.map_err(|kind| io::Error::new(kind, "cannot start the dontcache flusher thread"))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot start the dontcache flusher thread: {e}"),
+                )
+            })?;
+        *started = Some(pid);
+    }
+    Ok(())
 }
 
 impl Flusher {
     fn register(&self, shared: &Arc<Shared>) -> io::Result<()> {
         start_flusher()?;
         lock(&self.writers).push(Arc::downgrade(shared));
+        // The flusher sleeps without a timeout while it has no writer: let it start ticking.
+        self.kick();
         Ok(())
     }
 
@@ -828,7 +843,9 @@ impl Writer {
     /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
     pub fn finish(mut self) -> io::Result<Stats> {
         let synced = self.sync();
-        self.finished = true;
+        // After an error, leave the best-effort drain to Drop so the writer's pages still leave
+        // the cache.
+        self.finished = synced.is_ok();
         synced.map(|()| self.stats())
     }
 }

@@ -25,13 +25,18 @@ pub const DEFAULT_CHUNK_SIZE: usize = 32 * 1024;
 /// Chunk size taken when a full-size chunk cannot be had: one page.
 const FALLBACK_CHUNK_SIZE: usize = PAGE_SIZE;
 
-/// Largest chunk size [`FragCache::with_chunk_size`] accepts (1 GiB).
-pub const MAX_CHUNK_SIZE: usize = 1 << 30;
+/// Largest chunk size [`FragCache::with_chunk_size`] accepts (1 GiB; 256 MiB on 32-bit
+/// targets, where the bias must still exceed it).
+pub const MAX_CHUNK_SIZE: usize = if usize::BITS >= 64 { 1 << 30 } else { 1 << 28 };
 
 /// The bias the cache puts into a chunk's count when it takes the chunk. It must exceed every
 /// byte count the cache can hand out of one chunk ([`MAX_CHUNK_SIZE`]) so the private bias never
 /// runs out; clones of frozen fragments add on top of it.
 const BIAS: usize = usize::MAX / 4;
+const _: () = assert!(
+    BIAS > MAX_CHUNK_SIZE,
+    "the bias must exceed what one chunk hands out"
+);
 
 /// A count above this means clones overflowed it: abort, as `Arc` does.
 const MAX_COUNT: usize = usize::MAX / 2;
@@ -160,7 +165,9 @@ unsafe fn release(chunk: NonNull<Chunk>) {
     fence(Ordering::Acquire);
     // SAFETY: the chunk is ours alone now (caller's contract) and its header is live.
     let c = unsafe { chunk.as_ref() };
-    let owner = &c.owner;
+    // A strong handle of our own: once the chunk is on the spare list, the cache's drop may
+    // free the chunk and its own handle while we are still unlocking `spare`.
+    let owner = c.owner.clone();
     owner
         .released
         .fetch_add(c.handed.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
