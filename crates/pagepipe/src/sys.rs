@@ -108,11 +108,11 @@ impl Drop for Mapping {
 }
 
 /// Faults in `len` bytes at `base + offset` without changing them (`madvise(2)`,
-/// `MADV_POPULATE_WRITE`); failures are ignored (old kernels, or a retired arena).
+/// `MADV_POPULATE_WRITE`); failures are ignored (kernels before 5.14 lack the advice).
 ///
-/// `base` must be the start of a mapping that stays mapped (the pipe keeps retired arenas mapped
-/// for this reason); populating never changes memory contents, so racing with users of the
-/// memory is harmless.
+/// The range must lie in a mapping that stays mapped for the call (the pipe's `set_capacity`
+/// waits for prefills in flight before unmapping an arena); populating never changes memory
+/// contents, so racing with other users of the memory is harmless.
 pub(crate) fn advise_raw_populate(base: *mut u8, offset: usize, len: usize) {
     const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: madvise validates the range itself (an unmapped range is an error, not UB) and
