@@ -100,6 +100,17 @@ impl Summary {
         }
     }
 
+    /// The same summary in other units: every value divided by `divisor`.
+    pub fn scaled(&self, divisor: f64) -> Summary {
+        Summary {
+            median: self.median / divisor,
+            mean: self.mean / divisor,
+            lo: self.lo / divisor,
+            hi: self.hi / divisor,
+            n: self.n,
+        }
+    }
+
     /// True when the two 95% intervals do not overlap: the difference stands out of the noise.
     /// (Conservative: non-overlap of two 95% intervals implies p < 0.05 and more.)
     pub fn distinct_from(&self, other: &Summary) -> bool {

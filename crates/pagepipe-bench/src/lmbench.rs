@@ -178,13 +178,7 @@ fn table_for(
         if t == Transport::Kernel {
             kernel = Some(s);
         }
-        let scaled = Summary {
-            median: s.median / scale,
-            mean: s.mean / scale,
-            lo: s.lo / scale,
-            hi: s.hi / scale,
-            n: s.n,
-        };
+        let scaled = s.scaled(scale);
         let vs_kernel = match (&kernel, lower_is_better) {
             _ if t == Transport::Kernel => "1.00x".into(),
             (Some(k), false) => ratio_cell(&s, k),

@@ -27,17 +27,7 @@ impl Row {
                 .iter()
                 .find(|(ct, _)| *ct == t)
                 .map_or("-".to_string(), |(_, s)| {
-                    let k = self.scale;
-                    fmt_summary(
-                        &Summary {
-                            median: s.median / k,
-                            mean: s.mean / k,
-                            lo: s.lo / k,
-                            hi: s.hi / k,
-                            n: s.n,
-                        },
-                        2,
-                    )
+                    fmt_summary(&s.scaled(self.scale), 2)
                 })
         };
         let get = |t: Transport| self.cells.iter().find(|(ct, _)| *ct == t).map(|(_, s)| s);

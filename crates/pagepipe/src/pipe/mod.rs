@@ -232,22 +232,12 @@ impl Shared {
 
     /// Called after a slot was published with a `head` RMW that returned `old`.
     fn wake_readers_if_waiting(&self, old: u64) {
-        if old & WAITING != 0 {
-            // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
-            // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT
-            // fails or is woken by this wake_all: correct because we wake all, never one.
-            self.head.fetch_and(!WAITING, Ordering::Relaxed);
-            self.readable.wake_all();
-        }
+        wake_if_waiting(&self.head, &self.readable, old);
     }
 
     /// Called after a slot was consumed with a `tail` RMW that returned `old`.
     fn wake_writers_if_waiting(&self, old: u64) {
-        if old & WAITING != 0 {
-            // Relaxed: as in wake_readers_if_waiting.
-            self.tail.fetch_and(!WAITING, Ordering::Relaxed);
-            self.writable.wake_all();
-        }
+        wake_if_waiting(&self.tail, &self.writable, old);
     }
 
     // ----- waiting (no side held) -----
@@ -286,35 +276,12 @@ impl Shared {
 
     /// Blocks until the ring may hold data or every writer is gone.
     pub(crate) fn wait_readable(&self) {
-        if spin_until(|| self.readable_now()) {
-            return;
-        }
-        loop {
-            let seq = self.readable.seq();
-            // Acquire: pairs with the Release fetch_add that publishes a slot; the RMW puts our
-            // registration in head's modification order, before or after that publish.
-            self.head.fetch_or(WAITING, Ordering::Acquire);
-            if self.readable_now() {
-                return;
-            }
-            self.readable.wait(seq, None);
-        }
+        sleep_until(&self.head, &self.readable, || self.readable_now());
     }
 
     /// Blocks until the ring may have a free slot or every reader is gone.
     pub(crate) fn wait_writable(&self) {
-        if spin_until(|| self.writable_now()) {
-            return;
-        }
-        loop {
-            let seq = self.writable.seq();
-            // Acquire: pairs with the Release fetch_add that consumes a slot (see wait_readable).
-            self.tail.fetch_or(WAITING, Ordering::Acquire);
-            if self.writable_now() {
-                return;
-            }
-            self.writable.wait(seq, None);
-        }
+        sleep_until(&self.tail, &self.writable, || self.writable_now());
     }
 
     // ----- the pool (write side held) -----
@@ -524,8 +491,9 @@ impl Shared {
             // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
             // a side guard other than ours) and nobody else can take one until we release them.
             let old = unsafe { std::ptr::replace(self.geo.get(), new) };
-            drop(old); // unmaps the old arena: no prefill can be using it (retire_prefill_arena)
-                       // SeqCst: see `prefill`; a prefill that reads this size reads the new arena too.
+            // Unmaps the old arena: no prefill can be using it (see retire_prefill_arena).
+            drop(old);
+            // SeqCst: see `prefill`; a prefill that reads this size reads the new arena too.
             self.prefill_ring.store(ring_size, Ordering::SeqCst);
             // The new arena is untouched but for the data copied in: every free position is dropped.
             self.dropped.store(ring_size - queued, Ordering::Relaxed);
@@ -538,6 +506,36 @@ impl Shared {
         self.writable.wake_all();
         self.readable.wake_all();
         Ok(self.capacity())
+    }
+}
+
+/// Blocks until `ready`: spins briefly, then registers as a sleeper in the other side's index
+/// `word` (head for readers, tail for writers), rechecks and sleeps on `futex`.
+fn sleep_until(word: &AtomicU64, futex: &Futex, ready: impl Fn() -> bool) {
+    if spin_until(&ready) {
+        return;
+    }
+    loop {
+        let seq = futex.seq();
+        // Acquire: pairs with the Release fetch_add that advances `word`; the RMW puts our
+        // registration in its modification order, before or after that advance, so either the
+        // recheck below sees the advance or the advancer sees our flag and wakes us.
+        word.fetch_or(WAITING, Ordering::Acquire);
+        if ready() {
+            return;
+        }
+        futex.wait(seq, None);
+    }
+}
+
+/// After an RMW on an index `word` returned `old`: wakes every sleeper registered in it.
+fn wake_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
+    if old & WAITING != 0 {
+        // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
+        // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT fails
+        // or is woken by this wake_all: correct because we wake all, never one.
+        word.fetch_and(!WAITING, Ordering::Relaxed);
+        futex.wake_all();
     }
 }
 

@@ -62,11 +62,11 @@ impl Reader {
         let sh = &*self.shared;
         let mut rs = sh.lock_read();
         loop {
+            // Checked before looking: seeing no writer means seeing every slot they published.
+            let eof = sh.writers_gone();
             // Acquire: pairs with the writer's Release head RMW.
             rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
-            if rs.cached_head != rs.tail || sh.writers_gone() {
-                // Reread head: slots published before the last writer left belong to the chunk.
-                rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
+            if rs.cached_head != rs.tail || eof {
                 return Ok(ReadChunk {
                     shared: sh,
                     guard: rs,
@@ -87,19 +87,17 @@ impl Reader {
         }
         let sh = &*self.shared;
         let mut rs = sh.lock_read();
+        let max = buf.len();
+        let mut copy = |off: usize, src: &[u8]| buf[off..off + src.len()].copy_from_slice(src);
         loop {
-            let n = consume(sh, &mut rs, buf.len(), true, |off, src| {
-                buf[off..off + src.len()].copy_from_slice(src)
-            });
+            let n = consume(sh, &mut rs, max, true, &mut copy);
             if n > 0 {
                 return Ok(n);
             }
             // Seeing no writer means seeing every slot they published (see `writers_gone`): look
             // once more before reporting end of file.
             if sh.writers_gone() {
-                return Ok(consume(sh, &mut rs, buf.len(), true, |off, src| {
-                    buf[off..off + src.len()].copy_from_slice(src)
-                }));
+                return Ok(consume(sh, &mut rs, max, true, &mut copy));
             }
             if self.is_nonblocking() {
                 return Err(would_block());
