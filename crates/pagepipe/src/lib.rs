@@ -28,9 +28,11 @@
 
 pub mod dontcache;
 mod frag;
+mod lock;
 mod pipe;
 mod pool;
 mod pressure;
+mod region;
 mod ring;
 mod sync;
 mod sys;
@@ -139,29 +141,11 @@ impl Builder {
                 "pagepipe needs 4 KiB pages",
             ));
         }
-        let config = pipe::Config {
+        let config = region::Config {
             policy: self.policy,
             packet: self.packet,
             slot_size: self.slot_size,
         };
-        let shared = sync::Arc::new(pipe::Shared::new(ring_size, config)?);
-        #[cfg(not(loom))]
-        {
-            let weak: std::sync::Weak<dyn pool::Trim> = sync::Arc::downgrade(&shared) as _;
-            pool::register(weak);
-        }
-        Ok((
-            Writer {
-                shared: shared.clone(),
-            },
-            Reader { shared },
-        ))
-    }
-}
-
-#[cfg(not(loom))]
-impl pool::Trim for pipe::Shared {
-    fn trim(&self, force: bool) -> usize {
-        pipe::Shared::trim(self, force)
+        pipe::create(ring_size, config)
     }
 }

@@ -3,22 +3,26 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use loom::sync::{Arc, Mutex};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use std::sync::{Arc, Mutex};
 
 pub(crate) use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe.
 ///
+/// It lives in a pipe's shared region, so waits and wakes use shared futexes (keyed by the
+/// memory file, not the address): a waker in one process wakes a sleeper in another.
+///
 /// Protocol: a sleeper reads the word, registers itself (in the ring index word, see
 /// `pipe::Shared::wait_readable`), rechecks its condition and only then calls [`Futex::wait`] with
 /// the value it read; a waker changes the condition, then calls [`Futex::wake_all`], which bumps the
 /// word before waking. A wake that races the sleeper's recheck changes the word, so the
 /// kernel's compare in FUTEX_WAIT fails and the sleeper goes round again: no lost wakeup.
+#[cfg_attr(not(loom), repr(transparent))]
 pub(crate) struct Futex {
     word: AtomicU32,
     #[cfg(loom)]
@@ -28,6 +32,7 @@ pub(crate) struct Futex {
 }
 
 impl Futex {
+    #[cfg(loom)]
     pub(crate) fn new() -> Futex {
         Futex {
             word: AtomicU32::new(0),
@@ -50,7 +55,7 @@ impl Futex {
     pub(crate) fn wait(&self, seq: u32, timeout: Option<Duration>) -> bool {
         #[cfg(not(loom))]
         {
-            crate::sys::futex_wait(&self.word, seq, timeout)
+            crate::sys::futex_wait_shared(self.word.as_ptr(), seq, timeout)
         }
         #[cfg(loom)]
         {
@@ -70,7 +75,7 @@ impl Futex {
         // Release: pairs with the Acquire load in `seq`.
         self.word.fetch_add(1, Ordering::Release);
         #[cfg(not(loom))]
-        crate::sys::futex_wake_all(&self.word);
+        crate::sys::futex_wake_shared(self.word.as_ptr());
         #[cfg(loom)]
         {
             let _guard = self.lock.lock().unwrap();
@@ -81,7 +86,7 @@ impl Futex {
 
 /// Pads and aligns `T` to its own pair of cache lines so the writer's and the reader's hot words
 /// never share one (adjacent-line prefetch makes 128 the unit on x86).
-#[repr(align(128))]
+#[repr(C, align(128))]
 #[derive(Default)]
 pub(crate) struct Padded<T>(pub(crate) T);
 

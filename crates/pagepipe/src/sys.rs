@@ -1,7 +1,7 @@
 //! Every syscall wrapper pagepipe uses; the only home of syscall `unsafe`.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 /// The page size pagepipe assumes (checked against `sysconf` in [`page_size_ok`]).
@@ -47,6 +47,55 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
+    /// Maps `len` bytes of the memory file `fd` shared (`mmap(2)`, `MAP_SHARED`): stores are
+    /// seen by every process that maps it.
+    pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        assert!(
+            len > 0 && len % PAGE_SIZE == 0,
+            "mapping length {len} is not a positive page multiple"
+        );
+        // SAFETY: a fresh shared mapping at an address of the kernel's choice aliases no Rust
+        // memory; the file's size was checked (and sealed) by the caller.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap returned a null mapping");
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Frees the pages of `offset..offset + len` of a shared mapping (`madvise(2)`,
+    /// `MADV_REMOVE`: punches a hole in the memory file, for every process mapping it); the next
+    /// touch faults in a zeroed page.
+    pub(crate) fn remove(&self, offset: usize, len: usize) {
+        assert!(
+            offset % PAGE_SIZE == 0 && offset + len <= self.len,
+            "advice range out of the mapping"
+        );
+        if len == 0 {
+            return;
+        }
+        // SAFETY: the range lies inside our mapping (asserted above); REMOVE discards contents
+        // the caller gave up (free ring positions), never the mapping itself.
+        let rc = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_REMOVE) };
+        // Fails only on memory that is not shared memory; the pages would then stay resident.
+        debug_assert_eq!(
+            rc,
+            0,
+            "madvise(MADV_REMOVE) failed: {}",
+            io::Error::last_os_error()
+        );
+    }
+
     /// The first byte of the mapping.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -55,30 +104,6 @@ impl Mapping {
     /// The mapping's length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    /// Gives the pages of `offset..offset + len` back to the OS (`madvise(2)`, `MADV_DONTNEED`):
-    /// the next touch faults in a zeroed page.
-    pub(crate) fn dontneed(&self, offset: usize, len: usize) {
-        assert!(
-            offset % PAGE_SIZE == 0 && offset + len <= self.len,
-            "advice range out of the mapping"
-        );
-        if len == 0 {
-            return;
-        }
-        // SAFETY: the range lies inside our mapping (asserted above); DONTNEED only discards
-        // contents the caller gave up, never the mapping itself.
-        let rc =
-            unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_DONTNEED) };
-        // DONTNEED on our own private anonymous mapping cannot fail short of a kernel bug; if it
-        // did, the pages would only stay resident longer.
-        debug_assert_eq!(
-            rc,
-            0,
-            "madvise(MADV_DONTNEED) failed: {}",
-            io::Error::last_os_error()
-        );
     }
 
     /// How many pages of `offset..offset + len` are resident (`mincore(2)`).
@@ -165,6 +190,311 @@ pub(crate) fn futex_wake_all(word: &std::sync::atomic::AtomicU32) {
             i32::MAX,
         );
     }
+}
+
+/// Sleeps while `*word == expected` for another process too (`futex(2)`, shared `FUTEX_WAIT`:
+/// keyed by the memory's inode and offset, so processes may map the word at different
+/// addresses). Returns false when `timeout` expired; spurious returns are possible.
+pub(crate) fn futex_wait_shared(
+    word: *const u32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) -> bool {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: the kernel only reads the u32 at `word` (callers pass a live, aligned word of a
+    // mapping they hold) and `ts_ptr` is null or a timespec that outlives the call. A bad
+    // address is EFAULT, not undefined behaviour.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAIT,
+            expected,
+            ts_ptr,
+        )
+    };
+    !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+}
+
+/// Wakes every thread of any process sleeping on `word` (`futex(2)`, shared `FUTEX_WAKE`).
+pub(crate) fn futex_wake_shared(word: *const u32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it reads no memory we own.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory, descriptors and processes, for cross-process pipes
+// ---------------------------------------------------------------------------------------------
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// A sealed anonymous memory file of `len` bytes (`memfd_create(2)`, `ftruncate(2)`, then
+/// `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL` so no holder can change its size: a shrunk file
+/// would turn accesses of everyone's mapping into SIGBUS). Close-on-exec; no name in any file
+/// system, visible only to processes given the descriptor.
+pub(crate) fn sealed_memfd(len: u64) -> io::Result<OwnedFd> {
+    const MFD_NOEXEC_SEAL: libc::c_uint = 0x8;
+    let name = c"pagepipe";
+    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: `name` is a NUL-terminated string; memfd_create has no other preconditions.
+    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), base | MFD_NOEXEC_SEAL) };
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // Kernels before 6.3 do not know MFD_NOEXEC_SEAL.
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(name.as_ptr(), base) };
+    }
+    cvt(fd)?;
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let size = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
+    // SAFETY: ftruncate and fcntl on a descriptor we own touch no user memory.
+    unsafe {
+        cvt(libc::ftruncate(fd.as_raw_fd(), size))?;
+        cvt(libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        ))?;
+    }
+    Ok(fd)
+}
+
+/// Size in bytes and seals of a memory file received from elsewhere (`fstat(2)`,
+/// `F_GET_SEALS`), for validation before mapping it.
+pub(crate) fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call; the fd is borrowed from a live descriptor.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("descriptor {} is not a memory file", fd.as_raw_fd()),
+        ));
+    }
+    // SAFETY: F_GET_SEALS touches no user memory.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "descriptor {} cannot be sealed (not a memfd): {}",
+                fd.as_raw_fd(),
+                io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok((st.st_size as u64, seals))
+}
+
+/// A kernel pipe (`pipe2(2)`, close-on-exec): `(read end, write end)`.
+pub(crate) fn os_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Which end of a kernel pipe `fd` is: `Some(false)` for a read end, `Some(true)` for a write
+/// end, `None` if it is not a pipe (`fstat(2)`, `F_GETFL`).
+pub(crate) fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Ok(None);
+    }
+    // SAFETY: F_GETFL touches no user memory.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    Ok(match fl & libc::O_ACCMODE {
+        libc::O_RDONLY => Some(false),
+        libc::O_WRONLY => Some(true),
+        _ => None,
+    })
+}
+
+/// `poll(2)` of one descriptor with a zero timeout: its `revents`.
+pub(crate) fn poll_now(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::c_short {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is a live pollfd for the call.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        if rc >= 0 {
+            return p.revents;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return 0;
+        }
+    }
+}
+
+/// Clears `FD_CLOEXEC` on `fd` so an exec'd program inherits it. Only async-signal-safe calls:
+/// usable between fork and exec.
+pub(crate) fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor number touches no user memory.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// Whether `fd` is an open descriptor of this process (`F_GETFD`).
+pub(crate) fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: fcntl on a descriptor number touches no user memory.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// Sets `FD_CLOEXEC` on `fd`.
+pub(crate) fn set_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl on a borrowed descriptor touches no user memory.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
+}
+
+/// Sends `payload` with the descriptors `fds` attached (`sendmsg(2)`, `SCM_RIGHTS`).
+pub(crate) fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is a valid value; the pointers are filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` describes `control`, which has room for one header and `fds` (CMSG_SPACE);
+    // CMSG_FIRSTHDR of such a buffer is non-null and CMSG_DATA points inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+    }
+    loop {
+        // SAFETY: every pointer in `msg` is live for the call; the kernel only reads them.
+        let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if rc >= 0 {
+            return if rc as usize == payload.len() {
+                Ok(())
+            } else {
+                Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg of an end"))
+            };
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message of at most `buf.len()` bytes and up to `max_fds` descriptors
+/// (`recvmsg(2)`, `SCM_RIGHTS`, close-on-exec). Returns the byte count and the descriptors,
+/// owned; a message that was truncated is `InvalidData` (its descriptors are closed).
+pub(crate) fn recv_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    let space =
+        unsafe { libc::CMSG_SPACE((max_fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is a valid value; the pointers are filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    let n = loop {
+        // SAFETY: `msg` describes `buf` and `control`, both writable for the call.
+        let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if rc >= 0 {
+            break rc as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `control` with well-formed headers up to msg_controllen;
+    // CMSG_FIRSTHDR/CMSG_NXTHDR walk only those, and each SCM_RIGHTS payload holds
+    // (cmsg_len - CMSG_LEN(0)) / 4 descriptors that are now ours.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the message carrying a pipe end was truncated (not a pagepipe end?)",
+        ));
+    }
+    Ok((n, fds))
+}
+
+/// The calling thread's id (`gettid(2)`).
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// What `/proc/<tid>/stat` says of a thread: `None` if it does not exist (or is a zombie or
+/// dead), else the low 32 bits of its start time in clock ticks since boot.
+pub(crate) fn thread_start_time(tid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?; // field 3
+    if matches!(state, "Z" | "X" | "x") {
+        return None;
+    }
+    // Field 22 (starttime) is the 20th after the state.
+    let start: u64 = fields.nth(18)?.parse().ok()?;
+    Some(start as u32)
+}
+
+/// Registers fork handlers around `fork(2)` (`pthread_atfork(3)`).
+pub(crate) fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers plain function pointers.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 // ---------------------------------------------------------------------------------------------

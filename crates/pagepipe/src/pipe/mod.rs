@@ -1,377 +1,370 @@
-//! The pipe: a ring of page slots shared by a writing side and a reading side.
+//! The pipe: a ring of page slots in a shared region, a writing side and a reading side.
 //!
-//! Concurrency shape:
-//! - Writers take the write side (`Shared::write_side`, one writer at a time), readers the read
-//!   side; the two sides run at the same time and meet only through the `head` and `tail` words
-//!   and the slot states, as a single-producer single-consumer ring.
-//! - Each side caches the other side's index and rereads it only when its copy says full (or
-//!   empty), so streaming moves one cache line per page, not one per check.
+//! Concurrency shape (one code path for threads and processes):
+//! - Writers take the write side (a [`SideLock`] in the region, one writer at a time), readers
+//!   the read side; the two sides run at the same time and meet only through the `head` and
+//!   `tail` words and the slot states, as a single-producer single-consumer ring.
+//! - A side reads the other side's index only when its own view says full (or empty).
 //! - A side that must wait spins briefly, then registers in the other side's index word (see
-//!   [`crate::ring`]) and sleeps on its futex. The advancing side sees the registration in the
-//!   result of the very read-modify-write that publishes, so an uncontended read or write makes
-//!   no syscall and a sleeper is never missed.
-//! - The ring's geometry (slot table and arena) changes only in `set_capacity`, which holds both
-//!   sides; each side touches it only while holding its own side.
+//!   [`crate::ring`]) and sleeps on its futex, at most [`TICK`] at a time. The advancing side
+//!   sees the registration in the result of the very read-modify-write that publishes, so an
+//!   uncontended read or write makes no syscall and a live sleeper is never missed; a peer that
+//!   died cannot wake anyone, so every tick a sleeper asks the kernel whether the other end
+//!   still has a holder.
+//! - Which processes hold an end is counted by the kernel: every pipe has a small kernel pipe,
+//!   its *life pipe*, whose write end every process holding a [`Writer`] keeps open and whose
+//!   read end every process holding a [`Reader`] keeps open. Descriptors follow `fork`,
+//!   `SCM_RIGHTS` and exec like the ends they stand for, and the kernel closes them when a
+//!   process exits or is killed: the reader's descriptor polls `POLLHUP` exactly when no process
+//!   holds a writer, the writer's `POLLERR` when none holds a reader. A process that closes its
+//!   last handle of an end bumps a counter in the region, so the other side knows when to ask.
+//! - The ring's geometry changes only in `set_capacity`, which holds both sides, in place.
 
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(not(loom))]
+mod pass;
 mod reader;
 mod writer;
 
 pub use reader::{ReadChunk, Reader};
 pub use writer::{WriteChunk, Writer};
 
-use crate::pool::PoolPolicy;
-use crate::ring::{self, WAITING};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Futex, Mutex, MutexGuard, Ordering, Padded};
-use crate::sys::{Mapping, PAGE_SIZE};
-use std::cell::UnsafeCell;
+use crate::lock::{self, Taken, TICK};
+use crate::region::{self, invalid, Config, Region, Slot, DROPPED, END_MASK, R, RELEASED, W};
+use crate::ring::{self, ONE, WAITING};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Futex, Ordering};
+use crate::sys::PAGE_SIZE;
 use std::io;
-use std::sync::atomic::AtomicPtr;
+use std::time::{Duration, Instant};
 
-/// Slot state bits above the 32-bit end offset.
-pub(crate) const END_MASK: u64 = 0xffff_ffff;
-/// The slot's data may be extended by a later write (Linux `PIPE_BUF_FLAG_CAN_MERGE`).
-pub(crate) const CAN_MERGE: u64 = 1 << 32;
-/// The slot is one packet: a read returns at most it and discards its rest (`PIPE_BUF_FLAG_PACKET`).
-pub(crate) const PACKET: u64 = 1 << 33;
-/// The reader released the slot while it was the last one (so a merge could have raced it).
-/// A slot released while not the last needs no mark: no writer merges into it again, and index
-/// arithmetic (`head <= i < tail + ring_size`) is what says a position is free.
-pub(crate) const RELEASED: u64 = 1 << 34;
-/// The position's page was given back to the OS (or never touched): writing there faults.
-/// Meaningful only while the position is free; a free position without it holds a spare page.
-pub(crate) const DROPPED: u64 = 1 << 35;
-
-/// One slot: a page-sized buffer at a fixed position of the arena plus its bookkeeping.
-///
-/// Padded to a cache line so that the writer filling slot `i + 1` does not steal the line the
-/// reader is draining slot `i` from.
-#[repr(align(64))]
-pub(crate) struct Slot {
-    /// `end | flags`: `end` is the offset just past the slot's data. While the slot holds data,
-    /// only the writer raises `end` (merging, with a CAS) and only the reader sets RELEASED (with
-    /// a CAS), so a merge and a release of the last slot cannot both succeed.
-    state: AtomicU64,
-    /// Offset of the first unread byte; written only by the reader (or by `set_capacity`, which
-    /// holds both sides), read by the writer only when a new slot is created there.
-    start: AtomicU64,
+/// Everything one process knows of one pipe: its mapping of the region.
+pub(crate) struct Shared {
+    pub(crate) region: Region,
+    /// `index(head)` seen by the idle trimmer's last tick.
+    #[cfg(not(loom))]
+    idle_mark: std::sync::atomic::AtomicU64,
+    /// Ends open in this (only) process: loom's stand-in for the life pipe.
+    #[cfg(loom)]
+    open: [crate::sync::AtomicUsize; 2],
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() == 64);
+/// A view of the ring with a validated size, for as long as a side is held.
+#[derive(Clone, Copy)]
+pub(crate) struct Ring<'a> {
+    region: &'a Region,
+    /// Slot count, a power of two of at most `region.max_ring`.
+    pub(crate) size: usize,
+}
 
-impl Slot {
-    fn free() -> Slot {
-        Slot {
-            state: AtomicU64::new(RELEASED | DROPPED),
-            start: AtomicU64::new(0),
+impl<'a> Ring<'a> {
+    /// Slot index `index`'s position and bookkeeping.
+    pub(crate) fn slot(&self, index: u64) -> (usize, &'a Slot) {
+        let pos = ring::slot(index, self.size);
+        (pos, self.region.slot(pos))
+    }
+
+    /// The first byte of position `pos`'s page.
+    pub(crate) fn page(&self, pos: usize) -> *mut u8 {
+        self.region.page(pos)
+    }
+
+    pub(crate) fn slot_size(&self) -> usize {
+        self.region.config.slot_size
+    }
+}
+
+/// The write side, held: released on drop.
+pub(crate) struct WriteGuard<'a> {
+    sh: &'a Shared,
+    /// `index(head)`: only write-side holders move head.
+    pub(crate) head: u64,
+    /// A possibly stale `index(tail)`; never ahead of the real tail.
+    pub(crate) cached_tail: u64,
+    /// Ring size and max_usage, validated when the side was taken (they change only with both
+    /// sides held).
+    pub(crate) ring_size: usize,
+    pub(crate) limit: u64,
+}
+
+/// The read side, held: released on drop.
+pub(crate) struct ReadGuard<'a> {
+    sh: &'a Shared,
+    /// `index(tail)`: only read-side holders move tail.
+    pub(crate) tail: u64,
+    /// A possibly stale `index(head)`; never ahead of the real head.
+    pub(crate) cached_head: u64,
+    pub(crate) ring_size: usize,
+    pub(crate) limit: u64,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.sh.header().write_lock.unlock();
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        self.sh.header().read_lock.unlock();
+    }
+}
+
+impl WriteGuard<'_> {
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        Ring {
+            region: &self.sh.region,
+            size: self.ring_size,
         }
     }
 }
 
-/// The ring's memory: `ring_size` slots and one `slot_size` page each, at position `p` of the
-/// arena for slot position `p`.
-pub(crate) struct Geometry {
-    /// Slot count, a power of two.
-    ring_size: usize,
-    /// Bytes per slot page: a power of two, at least [`PAGE_SIZE`].
-    slot_size: usize,
-    slots: Box<[Slot]>,
-    arena: Mapping,
-}
-
-impl Geometry {
-    fn new(ring_size: usize, slot_size: usize) -> io::Result<Geometry> {
-        debug_assert!(ring_size.is_power_of_two() && slot_size.is_power_of_two());
-        let arena = Mapping::anonymous(ring_size * slot_size)?;
-        let slots = (0..ring_size).map(|_| Slot::free()).collect();
-        Ok(Geometry {
-            ring_size,
-            slot_size,
-            slots,
-            arena,
-        })
-    }
-
-    fn slot(&self, index: u64) -> (usize, &Slot) {
-        let pos = ring::slot(index, self.ring_size);
-        (pos, &self.slots[pos])
-    }
-
-    /// The first byte of position `pos`'s page.
-    fn page(&self, pos: usize) -> *mut u8 {
-        debug_assert!(pos < self.ring_size);
-        // SAFETY: pos < ring_size, so the offset stays inside the arena of ring_size pages.
-        unsafe { self.arena.as_ptr().add(pos * self.slot_size) }
+impl ReadGuard<'_> {
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        Ring {
+            region: &self.sh.region,
+            size: self.ring_size,
+        }
     }
 }
 
-/// The write side's private state, guarded by `Shared::write_side`.
-pub(crate) struct WriteSide {
-    /// Our own copy of `index(head)`: only write-side holders move head.
-    head: u64,
-    /// A possibly stale `index(tail)`; never ahead of the real tail.
-    cached_tail: u64,
+/// Checks that `head` and `tail` (indices) describe at most `ring` queued slots.
+pub(crate) fn check_indices(head: u64, tail: u64, ring: usize) -> io::Result<()> {
+    if head.wrapping_sub(tail) > ring as u64 {
+        return Err(invalid(format!(
+            "ring indices head {head} tail {tail} do not fit a ring of {ring} slots"
+        )));
+    }
+    Ok(())
 }
-
-/// The read side's private state, guarded by `Shared::read_side`.
-pub(crate) struct ReadSide {
-    /// Our own copy of `index(tail)`: only read-side holders move tail.
-    tail: u64,
-    /// A possibly stale `index(head)`; never ahead of the real head.
-    cached_head: u64,
-}
-
-/// The state behind a side lock: what [`Shared::geo`] accepts as proof of holding a side.
-trait Side {}
-impl Side for WriteSide {}
-impl Side for ReadSide {}
-
-type WriteGuard<'a> = MutexGuard<'a, WriteSide>;
-type ReadGuard<'a> = MutexGuard<'a, ReadSide>;
-
-/// Immutable choices made at build time.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Config {
-    pub(crate) policy: PoolPolicy,
-    pub(crate) packet: bool,
-    pub(crate) slot_size: usize,
-}
-
-/// Everything the handles of one pipe share.
-pub(crate) struct Shared {
-    /// `index << 1 | WAITING`: slots ever published; WAITING means a reader sleeps.
-    head: Padded<AtomicU64>,
-    /// `index << 1 | WAITING`: slots ever consumed; WAITING means a writer sleeps.
-    tail: Padded<AtomicU64>,
-    readable: Padded<Futex>,
-    writable: Padded<Futex>,
-    write_side: Padded<Mutex<WriteSide>>,
-    read_side: Padded<Mutex<ReadSide>>,
-    /// Written only while holding both sides; read while holding either.
-    geo: UnsafeCell<Geometry>,
-    /// Slots data may use; equal to the ring size (no reserved slots yet). Read by sleepers.
-    max_usage: AtomicUsize,
-    /// The arena and its ring size (0 while `set_capacity` replaces them), for faulting pages in
-    /// ahead of a write without holding the write side (the Unified policy).
-    prefill_arena: AtomicPtr<u8>,
-    prefill_ring: AtomicUsize,
-    /// Prefills in flight: `set_capacity` unmaps an arena only once none can still use it.
-    prefilling: AtomicUsize,
-    writers: AtomicUsize,
-    readers: AtomicUsize,
-    write_nonblocking: AtomicBool,
-    read_nonblocking: AtomicBool,
-    /// Free positions whose page is not resident (flag DROPPED). Changes only when a page goes
-    /// back to the OS or a dropped one is written again, so steady streaming never writes it.
-    /// Spare pages are derived: free positions minus this. Advisory: read Relaxed.
-    dropped: AtomicUsize,
-    /// `index(head)` seen by the idle trimmer's last tick.
-    #[cfg(not(loom))]
-    idle_mark: AtomicU64,
-    config: Config,
-}
-
-// SAFETY: `geo` is the only non-Sync field; it is read only by holders of a side lock and
-// replaced only by holders of both (see `geo` and `set_capacity`), which makes it race free.
-unsafe impl Sync for Shared {}
-// SAFETY: all fields are Send; the raw pointers in Geometry name memory the pipe owns.
-unsafe impl Send for Shared {}
 
 impl Shared {
-    pub(crate) fn new(ring_size: usize, config: Config) -> io::Result<Shared> {
-        let geo = Geometry::new(ring_size, config.slot_size)?;
-        Ok(Shared {
-            head: Padded(AtomicU64::new(0)),
-            tail: Padded(AtomicU64::new(0)),
-            readable: Padded(Futex::new()),
-            writable: Padded(Futex::new()),
-            write_side: Padded(Mutex::new(WriteSide {
-                head: 0,
-                cached_tail: 0,
-            })),
-            read_side: Padded(Mutex::new(ReadSide {
-                tail: 0,
-                cached_head: 0,
-            })),
-            prefill_arena: AtomicPtr::new(geo.arena.as_ptr()),
-            prefill_ring: AtomicUsize::new(ring_size),
-            geo: UnsafeCell::new(geo),
-            max_usage: AtomicUsize::new(ring_size),
-            prefilling: AtomicUsize::new(0),
-            writers: AtomicUsize::new(1),
-            readers: AtomicUsize::new(1),
-            write_nonblocking: AtomicBool::new(false),
-            read_nonblocking: AtomicBool::new(false),
-            dropped: AtomicUsize::new(ring_size),
+    pub(crate) fn new(region: Region) -> Shared {
+        Shared {
+            region,
             #[cfg(not(loom))]
-            idle_mark: AtomicU64::new(0),
-            config,
-        })
+            idle_mark: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(loom)]
+            open: [
+                crate::sync::AtomicUsize::new(0),
+                crate::sync::AtomicUsize::new(0),
+            ],
+        }
     }
 
-    fn lock_write(&self) -> WriteGuard<'_> {
-        // A side is poisoned by a panic in the caller's code while it held a chunk (nothing was
-        // committed or consumed then, so the side state is consistent and the lock usable) or
-        // by a failed debug assertion inside pagepipe (a bug, reported by that panic).
-        self.write_side.lock().unwrap_or_else(|e| e.into_inner())
+    /// This process's handle on a region it made or attached: registered for idle trimming.
+    pub(crate) fn open(region: Region) -> Arc<Shared> {
+        let shared = Arc::new(Shared::new(region));
+        #[cfg(not(loom))]
+        {
+            let weak: std::sync::Weak<dyn crate::pool::Trim> = Arc::downgrade(&shared) as _;
+            crate::pool::register(weak);
+        }
+        shared
     }
 
-    fn lock_read(&self) -> ReadGuard<'_> {
-        self.read_side.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn header(&self) -> &region::Header {
+        self.region.header()
     }
 
-    /// The geometry, borrowed for as long as the caller holds a side (`_side` proves it).
-    fn geo<'a, S: Side>(&'a self, _side: &'a MutexGuard<'_, S>) -> &'a Geometry {
-        // SAFETY: the caller holds a side lock; `geo` is replaced only by `set_capacity`, which
-        // holds both, so no `&mut` to it exists while this borrow (tied to the guard) lives.
-        unsafe { &*self.geo.get() }
+    pub(crate) fn config(&self) -> Config {
+        self.region.config
+    }
+
+    /// Takes the write side and reads its state from the region.
+    pub(crate) fn lock_write(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
+        self.header().write_lock.lock(wait)?;
+        // A dead holder's unpublished slots are beyond head: nothing to recover.
+        let mut g = WriteGuard {
+            sh: self,
+            head: 0,
+            cached_tail: 0,
+            ring_size: 1,
+            limit: 1,
+        };
+        g.ring_size = self.region.ring_size()?;
+        g.limit = self.region.max_usage(g.ring_size)? as u64;
+        // Relaxed: only write-side holders move head, and we hold it (the lock's Acquire orders
+        // the previous holder's update); readers only set the WAITING bit.
+        g.head = ring::index(self.header().head.word.load(Ordering::Relaxed));
+        // Acquire: pairs with the reader's Release tail RMW (its last reads of freed pages).
+        g.cached_tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
+        check_indices(g.head, g.cached_tail, g.ring_size)?;
+        Ok(g)
+    }
+
+    /// Takes the read side and reads its state from the region; after a reader that died
+    /// holding it, skips the slots it had released but not yet handed back.
+    pub(crate) fn lock_read(&self, wait: lock::Wait) -> io::Result<ReadGuard<'_>> {
+        let taken = self.header().read_lock.lock(wait)?;
+        let mut g = ReadGuard {
+            sh: self,
+            tail: 0,
+            cached_head: 0,
+            ring_size: 1,
+            limit: 1,
+        };
+        g.ring_size = self.region.ring_size()?;
+        g.limit = self.region.max_usage(g.ring_size)? as u64;
+        // Relaxed: only read-side holders move tail (ordered by the lock's Acquire).
+        g.tail = ring::index(self.header().tail.word.load(Ordering::Relaxed));
+        // Acquire: pairs with the writer's Release head RMW, publishing slots and pages.
+        g.cached_head = ring::index(self.header().head.word.load(Ordering::Acquire));
+        check_indices(g.cached_head, g.tail, g.ring_size)?;
+        if taken == Taken::FromDead {
+            let ring = g.ring();
+            let mut skipped = 0;
+            while g.tail + skipped != g.cached_head
+                && ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed) & RELEASED != 0
+            {
+                skipped += 1;
+            }
+            self.advance_tail(skipped);
+            g.tail += skipped;
+        }
+        Ok(g)
     }
 
     // ----- waking -----
 
     /// Called after a slot was published with a `head` RMW that returned `old`.
-    fn wake_readers_if_waiting(&self, old: u64) {
-        wake_if_waiting(&self.head, &self.readable, old);
+    pub(crate) fn wake_readers_if_waiting(&self, old: u64) {
+        let h = self.header();
+        wake_if_waiting(&h.head.word, &h.readable, old);
     }
 
     /// Called after a slot was consumed with a `tail` RMW that returned `old`.
     fn wake_writers_if_waiting(&self, old: u64) {
-        wake_if_waiting(&self.tail, &self.writable, old);
+        let h = self.header();
+        wake_if_waiting(&h.tail.word, &h.writable, old);
+    }
+
+    /// Hands `n` released slots back to the writer side and wakes a sleeping writer.
+    pub(crate) fn advance_tail(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
+        // their release) happen before the writer reuses the positions.
+        let old = self.header().tail.word.fetch_add(n * ONE, Ordering::Release);
+        self.wake_writers_if_waiting(old);
     }
 
     // ----- waiting (no side held) -----
 
-    fn readable_now(&self) -> bool {
-        let (h, t) = self.indices();
-        h != t || self.writers_gone()
-    }
-
-    /// A consistent `(head, tail)` index snapshot: tail is read first, so the head read after
-    /// it is never behind it (head only grows, and tail never passes it).
-    fn indices(&self) -> (u64, u64) {
+    /// A `(head, tail)` index snapshot: tail is read first, so the head read after it is never
+    /// behind it (head only grows, and tail never passes it) unless a peer corrupted them.
+    pub(crate) fn indices(&self) -> (u64, u64) {
+        let h = self.header();
         // Acquire (both): pair with the Release RMWs that advance tail and head.
-        let t = ring::index(self.tail.load(Ordering::Acquire));
-        let h = ring::index(self.head.load(Ordering::Acquire));
-        (h, t)
+        let t = ring::index(h.tail.word.load(Ordering::Acquire));
+        let hd = ring::index(h.head.word.load(Ordering::Acquire));
+        (hd, t)
     }
 
-    /// True once every writer handle is dropped.
-    fn writers_gone(&self) -> bool {
-        // Acquire: pairs with the AcqRel decrement in Writer::drop, so a caller that sees 0 also
-        // sees every slot the writers published.
-        self.writers.load(Ordering::Acquire) == 0
+    /// Slots data may use now, for sleepers (a bad value reads as "full": they recheck every
+    /// tick and the next operation reports it).
+    fn limit_now(&self) -> u64 {
+        self.region
+            .ring_size()
+            .and_then(|r| self.region.max_usage(r))
+            .map_or(0, |l| l as u64)
     }
 
-    /// True once every reader handle is dropped.
-    fn readers_gone(&self) -> bool {
-        // Acquire: pairs with the AcqRel decrement in Reader::drop.
-        self.readers.load(Ordering::Acquire) == 0
+    /// The deadline of a blocking call on `side` that starts now, if a timeout is set.
+    pub(crate) fn deadline(&self, side: usize) -> Option<Instant> {
+        match self.header().timeout_ns[side].load(Ordering::Relaxed) {
+            0 => None,
+            ns => Instant::now().checked_add(Duration::from_nanos(ns)),
+        }
     }
 
-    fn writable_now(&self) -> bool {
-        let (h, t) = self.indices();
-        !ring::is_full(h, t, self.max_usage.load(Ordering::Acquire) as u64) || self.readers_gone()
+    pub(crate) fn nonblocking(&self, side: usize) -> bool {
+        self.header().nonblocking[side].load(Ordering::Relaxed) != 0
     }
 
-    /// Blocks until the ring may hold data or every writer is gone.
-    pub(crate) fn wait_readable(&self) {
-        sleep_until(&self.head, &self.readable, || self.readable_now());
-    }
-
-    /// Blocks until the ring may have a free slot or every reader is gone.
-    pub(crate) fn wait_writable(&self) {
-        sleep_until(&self.tail, &self.writable, || self.writable_now());
+    /// How a call on `side` may wait for its side lock.
+    pub(crate) fn lock_wait(&self, side: usize, deadline: Option<Instant>) -> lock::Wait {
+        if self.nonblocking(side) {
+            lock::Wait::Never
+        } else {
+            lock::Wait::Until(deadline)
+        }
     }
 
     // ----- the pool (write side held) -----
 
     /// Accounts for a free position about to hold data: if its page was dropped, writing it
     /// faults a page in (the userspace `alloc_page()`).
-    fn claim(&self, slot: &Slot) {
+    pub(crate) fn claim(&self, slot: &Slot) {
         if slot.state.load(Ordering::Relaxed) & DROPPED != 0 {
-            self.dropped.fetch_sub(1, Ordering::Relaxed);
+            self.header().dropped.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// Spare pages: free positions whose page is resident, given a view of the indices.
-    fn spare(&self, head: u64, tail: u64) -> usize {
-        let free = self
-            .max_usage
-            .load(Ordering::Relaxed)
-            .saturating_sub(ring::occupancy(head, tail) as usize);
-        free.saturating_sub(self.dropped.load(Ordering::Relaxed))
+    pub(crate) fn spare(&self, limit: u64, head: u64, tail: u64) -> usize {
+        let free = limit.saturating_sub(ring::occupancy(head, tail)) as usize;
+        free.saturating_sub(self.header().dropped.load(Ordering::Relaxed) as usize)
     }
 
     /// Faults in the free pages the next `len` bytes will need, without holding the write side;
-    /// returns the slot range faulted in, for [`Shared::adopt_prefill`].
-    fn prefill(&self, len: usize) -> Option<(u64, u64)> {
-        let pages = self.config.policy.prefill(len, self.config.slot_size);
+    /// returns the slot range faulted in, for [`Shared::adopt_prefill`]. The whole arena stays
+    /// mapped for the region's life, so racing a resize can only populate a page for nothing.
+    pub(crate) fn prefill(&self, len: usize) -> Option<(u64, u64)> {
+        let pages = self.config().policy.prefill(len, self.config().slot_size);
         if pages == 0 {
             return None;
         }
-        // SeqCst (this increment and the ring load below, with set_capacity's store of 0 and its
-        // load of `prefilling`): a store-then-load handshake in each direction, which only
-        // SeqCst orders. Either set_capacity sees us in flight and waits, or we see ring 0 (or
-        // the new ring with its new arena) and never touch the old arena.
-        self.prefilling.fetch_add(1, Ordering::SeqCst);
-        let ring = self.prefill_ring.load(Ordering::SeqCst);
-        // Acquire: pairs with the Release store of the arena in set_capacity (made before the
-        // ring size we just read).
-        let arena = self.prefill_arena.load(Ordering::Acquire);
-        let mut range = None;
-        if ring != 0 {
-            let (head, tail) = self.indices();
-            // Only free positions: the pages of queued data are resident anyway.
-            let end = (head + pages as u64).min(tail + ring as u64);
-            let ss = self.config.slot_size;
-            let first = ring::slot(head, ring);
-            for (start, count) in wrapped_runs(first, end.saturating_sub(head) as usize, ring) {
-                // MADV_POPULATE_WRITE does not change contents, so racing another writer that
-                // fills one of these pages is harmless.
-                crate::sys::advise_raw_populate(arena, start * ss, count * ss);
-            }
-            range = Some((head, end));
+        let ring = self.region.ring_size().ok()?;
+        let (head, tail) = self.indices();
+        if head.wrapping_sub(tail) > ring as u64 {
+            return None;
         }
-        // Release: pairs with the SeqCst load in set_capacity, so our madvise happens before
-        // the arena is unmapped.
-        self.prefilling.fetch_sub(1, Ordering::Release);
-        range
+        // Only free positions: the pages of queued data are resident anyway.
+        let end = (head + pages as u64).min(tail + ring as u64);
+        let first = ring::slot(head, ring);
+        for (start, count) in wrapped_runs(first, end.saturating_sub(head) as usize, ring) {
+            self.region.populate(start, count);
+        }
+        Some((head, end))
     }
 
     /// Under the write side: marks the positions [`Shared::prefill`] faulted in as spare pages,
     /// if no other writer has used them meanwhile (else their accounting is left alone: a
     /// resident page marked dropped only costs an early trim, never data).
-    fn adopt_prefill(&self, ws: &WriteGuard<'_>, range: Option<(u64, u64)>) {
+    pub(crate) fn adopt_prefill(&self, ws: &WriteGuard<'_>, range: Option<(u64, u64)>) {
         let Some((start, end)) = range else { return };
-        if start != ws.head {
+        if start != ws.head || end.wrapping_sub(start) > ws.ring_size as u64 {
             return;
         }
-        let geo = self.geo(ws);
+        let ring = ws.ring();
         for i in start..end {
-            let (_, slot) = geo.slot(i);
+            let (_, slot) = ring.slot(i);
             let st = slot.state.load(Ordering::Relaxed);
             if st & DROPPED != 0 {
                 slot.state.store(st & !DROPPED, Ordering::Relaxed);
-                self.dropped.fetch_sub(1, Ordering::Relaxed);
+                self.header().dropped.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
 
     /// Gives spare pages beyond `keep` back to the OS; returns the bytes given back.
-    fn trim_locked(&self, ws: &WriteGuard<'_>, keep: usize) -> usize {
+    pub(crate) fn trim_locked(&self, ws: &WriteGuard<'_>, keep: usize) -> usize {
         // Acquire: pairs with the reader's Release tail RMW, so released slots' states (and the
         // reader's last use of their pages) are visible before we drop the pages.
-        let tail = ring::index(self.tail.load(Ordering::Acquire));
-        if self.spare(ws.head, tail) <= keep {
+        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
+        if check_indices(ws.head, tail, ws.ring_size).is_err()
+            || self.spare(ws.limit, ws.head, tail) <= keep
+        {
             return 0;
         }
-        let geo = self.geo(ws);
+        let ring = ws.ring();
         let mut kept = 0;
         let mut dropped = 0;
         let mut run: Option<(usize, usize)> = None; // (first position, pages)
-        for i in ws.head..tail + geo.ring_size as u64 {
-            let (pos, slot) = geo.slot(i);
+        for i in ws.head..tail + ws.ring_size as u64 {
+            let (pos, slot) = ring.slot(i);
             let st = slot.state.load(Ordering::Relaxed);
             if st & DROPPED != 0 {
                 continue;
@@ -385,17 +378,19 @@ impl Shared {
             run = match run {
                 Some((first, n)) if first + n == pos => Some((first, n + 1)),
                 Some((first, n)) => {
-                    geo.arena.dontneed(first * geo.slot_size, n * geo.slot_size);
+                    self.region.drop_pages(first, n);
                     Some((pos, 1))
                 }
                 None => Some((pos, 1)),
             };
         }
         if let Some((first, n)) = run {
-            geo.arena.dontneed(first * geo.slot_size, n * geo.slot_size);
+            self.region.drop_pages(first, n);
         }
-        self.dropped.fetch_add(dropped, Ordering::Relaxed);
-        dropped * geo.slot_size
+        self.header()
+            .dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        dropped * ring.slot_size()
     }
 
     /// The idle trimmer's and `shrink`'s entry point.
@@ -404,116 +399,281 @@ impl Shared {
         let keep = if force {
             0
         } else {
-            self.config.policy.idle_keep()
+            self.config().policy.idle_keep()
         };
         let (h, t) = self.indices();
-        if self.spare(h, t) <= keep {
+        if self.spare(self.limit_now(), h, t) <= keep {
             return 0;
         }
-        if !force && self.idle_mark.swap(h, Ordering::Relaxed) != h {
+        if !force && self.idle_mark.swap(h, std::sync::atomic::Ordering::Relaxed) != h {
             return 0; // written since the last tick: busy, not idle
         }
-        match self.write_side.try_lock() {
+        match self.lock_write(lock::Wait::Never) {
             Ok(ws) => self.trim_locked(&ws, keep),
-            Err(std::sync::TryLockError::Poisoned(e)) => self.trim_locked(&e.into_inner(), keep),
-            Err(std::sync::TryLockError::WouldBlock) => 0,
+            Err(_) => 0,
         }
     }
 
     /// Spare pages as the pool counts them (see `dropped`).
     pub(crate) fn spare_pages(&self) -> usize {
         let (h, t) = self.indices();
-        self.spare(h, t)
+        self.spare(self.limit_now(), h, t)
     }
 
     /// Resident 4 KiB pages at free positions, counted with `mincore(2)`.
+    #[cfg(not(loom))]
     pub(crate) fn resident_spare_pages(&self) -> io::Result<usize> {
-        let ws = self.lock_write();
-        let geo = self.geo(&ws);
+        let ws = self.lock_write(lock::Wait::Until(None))?;
         // Acquire: pairs with the reader's Release tail RMW (as in trim_locked).
-        let tail = ring::index(self.tail.load(Ordering::Acquire));
+        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
+        check_indices(ws.head, tail, ws.ring_size)?;
         let mut n = 0;
-        for i in ws.head..tail + geo.ring_size as u64 {
-            let pos = ring::slot(i, geo.ring_size);
-            n += geo
-                .arena
-                .resident_pages(pos * geo.slot_size, geo.slot_size)?;
+        for i in ws.head..tail + ws.ring_size as u64 {
+            n += self
+                .region
+                .resident_pages(ring::slot(i, ws.ring_size))?;
         }
         Ok(n)
     }
 
     // ----- capacity -----
 
-    /// Stops prefills from using the current arena and waits until none is using it.
-    fn retire_prefill_arena(&self) {
-        // SeqCst (store and loads): the other half of the handshake in `prefill`.
-        self.prefill_ring.store(0, Ordering::SeqCst);
-        while self.prefilling.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now(); // a prefill is one madvise call: short
-        }
-    }
-
     pub(crate) fn capacity(&self) -> usize {
-        self.max_usage.load(Ordering::Acquire) * self.config.slot_size
+        self.limit_now() as usize * self.config().slot_size
     }
 
-    /// `F_SETPIPE_SZ`: see [`Writer::set_capacity`].
-    pub(crate) fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
-        let ring_size = ring_size_for(bytes, self.config.slot_size)?;
-        let ws = self.lock_write();
-        let rs = self.lock_read();
-        let queued = ring::occupancy(ws.head, rs.tail) as usize;
-        if ring_size < queued {
+    /// `F_SETPIPE_SZ`: see [`Writer::set_capacity`]. Moves the queued slots to their positions in
+    /// the new ring, in place (the region reserved the largest ring when it was made).
+    pub(crate) fn set_capacity(&self, bytes: usize, deadline: Option<Instant>) -> io::Result<usize> {
+        let ss = self.config().slot_size;
+        let new_ring = ring_size_for(bytes, ss)?;
+        let wait = lock::Wait::Until(deadline);
+        let ws = self.lock_write(wait)?;
+        let rs = self.lock_read(wait)?;
+        let (head, tail, old_ring) = (ws.head, rs.tail, ws.ring_size);
+        check_indices(head, tail, old_ring)?;
+        let queued = ring::occupancy(head, tail) as usize;
+        if new_ring < queued {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
-                format!("cannot shrink the pipe to {ring_size} slots: {queued} slots hold data"),
+                format!("cannot shrink the pipe to {new_ring} slots: {queued} slots hold data"),
             ));
         }
-        let old = self.geo(&ws);
-        if ring_size != old.ring_size {
-            let new = Geometry::new(ring_size, self.config.slot_size)?;
-            for i in rs.tail..ws.head {
-                let ((opos, oslot), (npos, nslot)) = (old.slot(i), new.slot(i));
-                let st = oslot.state.load(Ordering::Relaxed);
-                nslot.state.store(st, Ordering::Relaxed);
-                nslot
-                    .start
-                    .store(oslot.start.load(Ordering::Relaxed), Ordering::Relaxed);
-                let end = (st & END_MASK) as usize;
-                // SAFETY: both pages are slot_size long and end <= slot_size; the old and new
-                // arenas are distinct mappings; both sides are held, so no one else touches them.
-                unsafe { std::ptr::copy_nonoverlapping(old.page(opos), new.page(npos), end) };
-            }
-            self.retire_prefill_arena();
-            // Release: pairs with the Acquire load of the arena in `prefill`.
-            self.prefill_arena
-                .store(new.arena.as_ptr(), Ordering::Release);
-            // SAFETY: we hold both sides, so no reference from `geo()` is alive (each is tied to
-            // a side guard other than ours) and nobody else can take one until we release them.
-            let old = unsafe { std::ptr::replace(self.geo.get(), new) };
-            // Unmaps the old arena: no prefill can be using it (see retire_prefill_arena).
-            drop(old);
-            // SeqCst: see `prefill`; a prefill that reads this size reads the new arena too.
-            self.prefill_ring.store(ring_size, Ordering::SeqCst);
-            // The new arena is untouched but for the data copied in: every free position is dropped.
-            self.dropped.store(ring_size - queued, Ordering::Relaxed);
-            // Release: pairs with the Acquire load in `writable_now`.
-            self.max_usage.store(ring_size, Ordering::Release);
+        if new_ring != old_ring {
+            self.move_slots(&ws, tail, new_ring)?;
+            let h = self.header();
+            h.dropped
+                .store((new_ring - queued) as u64, Ordering::Relaxed);
+            // Release (both): pair with the Acquire loads in Region::ring_size / max_usage.
+            h.max_usage.store(new_ring as u32, Ordering::Release);
+            h.ring_size.store(new_ring as u32, Ordering::Release);
         }
         drop(rs);
         drop(ws);
         // Sleepers recheck against the new size.
-        self.writable.wake_all();
-        self.readable.wake_all();
+        self.header().writable.wake_all();
+        self.header().readable.wake_all();
         Ok(self.capacity())
+    }
+
+    /// Rewrites slots `tail..head` at their positions in a ring of `new_ring` slots; every other
+    /// position of the new ring (and of the old one beyond it) becomes free with its page
+    /// dropped. Both sides are held.
+    fn move_slots(&self, ws: &WriteGuard<'_>, tail: u64, new_ring: usize) -> io::Result<()> {
+        let old = ws.ring();
+        let ss = old.slot_size();
+        let queued: Vec<(u64, u64, Vec<u8>)> = (tail..ws.head)
+            .map(|i| {
+                let (pos, slot) = old.slot(i);
+                let st = slot.state.load(Ordering::Relaxed);
+                let start = slot.start.load(Ordering::Relaxed);
+                let end = (st & END_MASK) as usize;
+                if end > ss || start > end as u64 {
+                    return Err(invalid(format!("bad slot {i}: start {start}, end {end}")));
+                }
+                let mut page = vec![0u8; end];
+                // SAFETY: end <= slot_size, so the range is inside position pos's page; both
+                // sides are held, so no one else touches it; `page` is a distinct allocation.
+                unsafe { std::ptr::copy_nonoverlapping(old.page(pos), page.as_mut_ptr(), end) };
+                Ok((st, start, page))
+            })
+            .collect::<io::Result<_>>()?;
+        let span = old.size.max(new_ring);
+        self.region.drop_pages(0, span);
+        for pos in 0..span {
+            self.region
+                .slot(pos)
+                .state
+                .store(RELEASED | DROPPED, Ordering::Relaxed);
+        }
+        let new = Ring {
+            region: &self.region,
+            size: new_ring,
+        };
+        for (i, (st, start, page)) in (tail..).zip(queued) {
+            let (pos, slot) = new.slot(i);
+            // SAFETY: page.len() <= slot_size (checked above) and position pos < new_ring <=
+            // max_ring; both sides are held.
+            unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), new.page(pos), page.len()) };
+            slot.start.store(start, Ordering::Relaxed);
+            slot.state.store(st & !(RELEASED | DROPPED), Ordering::Relaxed);
+        }
+        Ok(())
     }
 }
 
-/// Blocks until `ready`: spins briefly, then registers as a sleeper in the other side's index
-/// `word` (head for readers, tail for writers), rechecks and sleeps on `futex`.
-fn sleep_until(word: &AtomicU64, futex: &Futex, ready: impl Fn() -> bool) {
-    if spin_until(&ready) {
-        return;
+/// One process's hold on one end of a pipe: the handles (`Writer`, `Reader` and their clones)
+/// of that end in this process share it, and its drop is the process closing that end.
+pub(crate) struct End {
+    pub(crate) shared: Arc<Shared>,
+    /// [`W`] or [`R`].
+    side: usize,
+    /// This process's descriptor of the life pipe: its write end for [`W`], its read end for
+    /// [`R`] (see the module docs). `None` only while dropping.
+    #[cfg(not(loom))]
+    life: Option<std::os::fd::OwnedFd>,
+    /// `closes[other side]` when this end last asked the kernel about the other side.
+    peer_seen: AtomicU64,
+    /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
+    /// copied from live ones).
+    peer_gone: AtomicBool,
+}
+
+impl End {
+    #[cfg(not(loom))]
+    pub(crate) fn new(shared: Arc<Shared>, side: usize, life: std::os::fd::OwnedFd) -> End {
+        End {
+            shared,
+            side,
+            life: Some(life),
+            peer_seen: AtomicU64::new(u64::MAX),
+            peer_gone: AtomicBool::new(false),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new(shared: Arc<Shared>, side: usize) -> End {
+        shared.open[side].fetch_add(1, Ordering::Relaxed);
+        End {
+            shared,
+            side,
+            peer_seen: AtomicU64::new(u64::MAX),
+            peer_gone: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the other end has no holder left in any process. Without `force`, asks the
+    /// kernel only when some process closed that end since we last asked (no syscall on the
+    /// fast path); with it, always (sleepers, every tick: a killed process bumps nothing).
+    pub(crate) fn peer_gone(&self, force: bool) -> bool {
+        if self.peer_gone.load(Ordering::Relaxed) {
+            return true;
+        }
+        let other = 1 - self.side;
+        // Acquire: pairs with the Release bump in `End::drop`, made after that process
+        // published its last slots (and closed its descriptor).
+        let seen = self.shared.header().closes[other].load(Ordering::Acquire);
+        if !force && seen == self.peer_seen.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.peer_seen.store(seen, Ordering::Relaxed);
+        if self.ask_kernel() {
+            self.peer_gone.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    #[cfg(not(loom))]
+    fn ask_kernel(&self) -> bool {
+        use std::os::fd::AsFd;
+        let Some(fd) = self.life.as_ref() else {
+            return false;
+        };
+        let gone = if self.side == R {
+            libc::POLLHUP
+        } else {
+            libc::POLLERR
+        };
+        let gone = crate::sys::poll_now(fd.as_fd(), 0) & gone != 0;
+        if gone {
+            // Acquire: the peers' last publications happened before their descriptors closed,
+            // which the kernel's poll observed; our later loads of head/tail must see them.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        gone
+    }
+
+    #[cfg(loom)]
+    fn ask_kernel(&self) -> bool {
+        // Acquire: pairs with the AcqRel decrement in End::drop.
+        self.shared.open[1 - self.side].load(Ordering::Acquire) == 0
+    }
+
+    /// Blocks until the ring may hold data or no writer is left; `TimedOut` at the deadline.
+    pub(crate) fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<()> {
+        let sh = &*self.shared;
+        let h = sh.header();
+        sleep_until(
+            &h.head.word,
+            &h.readable,
+            |force| {
+                let (hd, t) = sh.indices();
+                hd != t || self.peer_gone(force)
+            },
+            deadline,
+        )
+    }
+
+    /// Blocks until the ring may have a free slot or no reader is left; `TimedOut` at the
+    /// deadline.
+    pub(crate) fn wait_writable(&self, deadline: Option<Instant>) -> io::Result<()> {
+        let sh = &*self.shared;
+        let h = sh.header();
+        sleep_until(
+            &h.tail.word,
+            &h.writable,
+            |force| {
+                let (hd, t) = sh.indices();
+                !ring::is_full(hd, t, sh.limit_now()) || self.peer_gone(force)
+            },
+            deadline,
+        )
+    }
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        // Close our descriptor of the end first: a peer that sees the bump below and asks the
+        // kernel must not count us.
+        #[cfg(not(loom))]
+        drop(self.life.take());
+        #[cfg(loom)]
+        // AcqRel: Release pairs with the Acquire load in ask_kernel (our publications happen
+        // before a peer sees the end closed); Acquire orders other ends' drops.
+        self.shared.open[self.side].fetch_sub(1, Ordering::AcqRel);
+        let h = self.shared.header();
+        // Release: pairs with the Acquire load in `peer_gone`.
+        h.closes[self.side].fetch_add(1, Ordering::Release);
+        if self.side == W {
+            h.readable.wake_all();
+        } else {
+            h.writable.wake_all();
+        }
+    }
+}
+
+/// Blocks until `ready(force)`: spins briefly, then registers as a sleeper in the other side's
+/// index `word` (head for readers, tail for writers), rechecks and sleeps on `futex`, a tick at a
+/// time; after a tick that nobody ended, rechecks with `force` (peers may have died).
+fn sleep_until(
+    word: &AtomicU64,
+    futex: &Futex,
+    ready: impl Fn(bool) -> bool,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    if spin_until(|| ready(false)) {
+        return Ok(());
     }
     loop {
         let seq = futex.seq();
@@ -521,10 +681,23 @@ fn sleep_until(word: &AtomicU64, futex: &Futex, ready: impl Fn() -> bool) {
         // registration in its modification order, before or after that advance, so either the
         // recheck below sees the advance or the advancer sees our flag and wakes us.
         word.fetch_or(WAITING, Ordering::Acquire);
-        if ready() {
-            return;
+        if ready(false) {
+            return Ok(());
         }
-        futex.wait(seq, None);
+        let mut tick = TICK;
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "pipe operation timed out",
+                ));
+            }
+            tick = tick.min(d - now);
+        }
+        if !futex.wait(seq, Some(tick)) && ready(true) {
+            return Ok(());
+        }
     }
 }
 
@@ -601,6 +774,29 @@ pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes a new pipe's region and its two ends in this process.
+pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<(Writer, Reader)> {
+    let shared = Shared::open(Region::create(ring_size, config)?);
+    #[cfg(not(loom))]
+    let (w, r) = {
+        let (life_r, life_w) = crate::sys::os_pipe()?;
+        (
+            End::new(shared.clone(), W, life_w),
+            End::new(shared, R, life_r),
+        )
+    };
+    #[cfg(loom)]
+    let (w, r) = (End::new(shared.clone(), W), End::new(shared, R));
+    Ok((Writer { end: Arc::new(w) }, Reader { end: Arc::new(r) }))
+}
+
+#[cfg(not(loom))]
+impl crate::pool::Trim for Shared {
+    fn trim(&self, force: bool) -> usize {
+        Shared::trim(self, force)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,5 +829,8 @@ mod tests {
             vec![(14, 2), (0, 2)]
         );
         assert_eq!(wrapped_runs(0, 4, 16).collect::<Vec<_>>(), vec![(0, 4)]);
+        assert!(check_indices(10, 2, 8).is_ok());
+        assert!(check_indices(11, 2, 8).is_err());
+        assert!(check_indices(2, 3, 8).is_err());
     }
 }

@@ -1,52 +1,113 @@
 //! The reading end: `io::Read`, packet reads, and borrowing queued bytes in place.
 
-use super::writer::{would_block, PUBLISH_BATCH};
-use super::{Geometry, ReadGuard, Shared, Slot, DROPPED, END_MASK, PACKET, RELEASED};
-use crate::ring::{self, ONE};
+use super::writer::{timeout_ns, would_block, PUBLISH_BATCH};
+use super::{End, ReadGuard, Ring, Shared};
+use crate::region::{invalid, DROPPED, END_MASK, PACKET, R, RELEASED};
+use crate::ring;
+use crate::region::Slot;
 use crate::sync::{Arc, Ordering};
 use std::io;
+use std::time::Duration;
 
 /// The reading end of a pipe.
 ///
 /// Cloning a `Reader` is like `dup(2)`ing a pipe's read descriptor; writers get
-/// [`io::ErrorKind::BrokenPipe`] once the last clone is dropped. A read returns what is queued
-/// (up to the buffer's length) without waiting for more; it blocks only on an empty pipe, and
-/// returns `Ok(0)` (end of file) once the pipe is empty and every writer is gone.
+/// [`io::ErrorKind::BrokenPipe`] once the last clone is dropped in every process that holds one.
+/// A read returns what is queued (up to the buffer's length) without waiting for more; it blocks
+/// only on an empty pipe, and returns `Ok(0)` (end of file) once the pipe is empty and no
+/// writer is left in any process (dropped, exited or killed).
 pub struct Reader {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) end: Arc<End>,
 }
 
 impl Reader {
-    /// Switches every clone of this reader to non-blocking mode (`O_NONBLOCK`) or back: a read
-    /// of an empty pipe then fails with [`io::ErrorKind::WouldBlock`] while writers exist.
+    fn shared(&self) -> &Shared {
+        &self.end.shared
+    }
+
+    /// Switches this end to non-blocking mode (`O_NONBLOCK`) or back, for every holder of it:
+    /// a read of an empty pipe then fails with [`io::ErrorKind::WouldBlock`] while writers
+    /// exist, and so does a read that finds the read side held (by a chunk or a resize).
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared
-            .read_nonblocking
-            .store(nonblocking, Ordering::Relaxed);
+        self.shared().header().nonblocking[R].store(u32::from(nonblocking), Ordering::Relaxed);
         Ok(())
     }
 
     /// Whether reads are non-blocking.
     pub fn is_nonblocking(&self) -> bool {
-        self.shared.read_nonblocking.load(Ordering::Relaxed)
+        self.shared().nonblocking(R)
+    }
+
+    /// Bounds how long a read (and [`Reader::read_chunk`]) waits for data or for the read
+    /// side, like `UnixStream::set_read_timeout`; `None` waits forever. An expired wait is
+    /// [`io::ErrorKind::TimedOut`]. Shared by every holder of this end.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// r.set_read_timeout(Some(Duration::from_millis(10)))?;
+    /// let err = std::io::Read::read(&mut &r, &mut [0u8; 8]).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.shared().header().timeout_ns[R].store(timeout_ns(timeout)?, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The read timeout set by [`Reader::set_read_timeout`].
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(match self.shared().header().timeout_ns[R].load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        })
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
     pub fn capacity(&self) -> usize {
-        self.shared.capacity()
+        self.shared().capacity()
     }
 
     /// Resizes the pipe; see [`crate::Writer::set_capacity`].
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
-        self.shared.set_capacity(bytes)
+        self.shared().set_capacity(bytes, self.shared().deadline(R))
+    }
+
+    /// Bytes queued (`FIONREAD`), without taking a lock: a snapshot.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (mut w, r) = pagepipe::pipe()?;
+    /// w.write_all(b"12345")?;
+    /// assert_eq!(r.len(), 5);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn len(&self) -> usize {
+        let h = self.shared().header();
+        // Acquire (both): pair with the Release index RMWs that follow each counter's update;
+        // consumed bytes first, so the published count read after it is never smaller.
+        let out = h.tail.bytes.load(Ordering::Acquire);
+        let inn = h.head.bytes.load(Ordering::Acquire);
+        inn.saturating_sub(out) as usize
+    }
+
+    /// True when no byte is queued (see [`Reader::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Borrows the queued bytes in place; see [`ReadChunk`].
     ///
     /// Blocks until data is queued (in non-blocking mode fails with
-    /// [`io::ErrorKind::WouldBlock`] instead); an empty chunk means end of file. Other readers
-    /// wait until the chunk is dropped, and so does `set_capacity`: the thread holding it must
-    /// not read from or resize this pipe meanwhile (that would deadlock).
+    /// [`io::ErrorKind::WouldBlock`] instead); an empty chunk means end of file. Other readers,
+    /// in every process, wait until the chunk is dropped, and so does `set_capacity`; the thread
+    /// holding it gets [`io::ErrorKind::Deadlock`] if it reads this pipe meanwhile.
+    ///
+    /// # Errors
+    /// `TimedOut` after the read timeout; `InvalidData` if the shared region is corrupt.
     ///
     /// ```
     /// use std::io::Write;
@@ -59,25 +120,25 @@ impl Reader {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn read_chunk(&self) -> io::Result<ReadChunk<'_>> {
-        let sh = &*self.shared;
-        let mut rs = sh.lock_read();
+        let sh = self.shared();
+        let deadline = sh.deadline(R);
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
-            let eof = sh.writers_gone();
-            // Acquire: pairs with the writer's Release head RMW.
-            rs.cached_head = ring::index(sh.head.load(Ordering::Acquire));
+            let eof = self.end.peer_gone(false);
+            let rs = sh.lock_read(sh.lock_wait(R, deadline))?;
             if rs.cached_head != rs.tail || eof {
-                return Ok(ReadChunk {
-                    shared: sh,
-                    guard: rs,
-                });
+                let ring = rs.ring();
+                for i in rs.tail..rs.cached_head {
+                    let (_, slot) = ring.slot(i);
+                    slot_range(slot, i, ring)?;
+                }
+                return Ok(ReadChunk { guard: rs });
             }
             if self.is_nonblocking() {
                 return Err(would_block());
             }
             drop(rs);
-            sh.wait_readable();
-            rs = sh.lock_read();
+            self.end.wait_readable(deadline)?;
         }
     }
 
@@ -85,81 +146,105 @@ impl Reader {
         if buf.is_empty() {
             return Ok(0); // a null read succeeds (as in Linux)
         }
-        let sh = &*self.shared;
-        let mut rs = sh.lock_read();
+        let sh = self.shared();
+        let deadline = sh.deadline(R);
         let max = buf.len();
-        let mut copy = |off: usize, src: &[u8]| buf[off..off + src.len()].copy_from_slice(src);
+        let dst = buf.as_mut_ptr();
+        // SAFETY (the sink): `consume` hands runs that fit in `max` bytes at offset `off`, from
+        // ring pages (shared memory, copied raw, never borrowed as a slice) into `buf`, which we
+        // borrow mutably and which cannot overlap the region's mapping.
+        let copy = |off: usize, src: *const u8, len: usize| unsafe {
+            debug_assert!(off + len <= max);
+            std::ptr::copy_nonoverlapping(src, dst.add(off), len)
+        };
         loop {
-            let n = consume(sh, &mut rs, max, true, &mut copy);
+            let mut rs = sh.lock_read(sh.lock_wait(R, deadline))?;
+            let n = consume(sh, &mut rs, max, true, copy)?;
             if n > 0 {
                 return Ok(n);
             }
-            // Seeing no writer means seeing every slot they published (see `writers_gone`): look
-            // once more before reporting end of file.
-            if sh.writers_gone() {
-                return Ok(consume(sh, &mut rs, max, true, &mut copy));
+            // Seeing no writer means seeing every slot they published (see `End::peer_gone`):
+            // look once more before reporting end of file.
+            if self.end.peer_gone(false) {
+                return consume(sh, &mut rs, max, true, copy);
             }
             if self.is_nonblocking() {
                 return Err(would_block());
             }
             drop(rs);
-            sh.wait_readable();
-            rs = sh.lock_read();
+            self.end.wait_readable(deadline)?;
         }
     }
 }
 
-/// Consumes up to `max` queued bytes from the tail, handing each run to `sink(offset, bytes)`,
-/// and releases every slot it drains. With `packet_reads`, a packet slot is released after one
-/// run whatever is left of it, and consumption stops there (a read returns at most one packet).
+/// The data range `(start, end)` of published slot `index`, validated: within the page, and a
+/// state a writer publishes (no free-slot flag).
+fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usize, u64)> {
+    // Acquire: pairs with the writer's Release merge CAS (and, through the head word, its
+    // publication), so the bytes up to `end` are visible.
+    let st = slot.state.load(Ordering::Acquire);
+    let start = slot.start.load(Ordering::Relaxed);
+    let end = st & END_MASK;
+    if st & (RELEASED | DROPPED) != 0 || end > ring.slot_size() as u64 || start > end {
+        return Err(invalid(format!(
+            "published slot {index} has state {st:#x} and start {start}"
+        )));
+    }
+    Ok((start as usize, end as usize, st))
+}
+
+/// Consumes up to `max` queued bytes from the tail, handing each run to
+/// `sink(offset, first byte, length)`, and releases every slot it drains. With `packet_reads`,
+/// a packet slot is released after one run whatever is left of it, and consumption stops there
+/// (a read returns at most one packet). A corrupt slot stops it: the bytes consumed before are
+/// returned, and the error when there are none.
 fn consume(
     sh: &Shared,
     rs: &mut ReadGuard<'_>,
     max: usize,
     packet_reads: bool,
-    mut sink: impl FnMut(usize, &[u8]),
-) -> usize {
+    mut sink: impl FnMut(usize, *const u8, usize),
+) -> io::Result<usize> {
     let (mut tail, mut head) = (rs.tail, rs.cached_head);
     let mut released = 0;
-    let geo = sh.geo(rs);
+    let ring = rs.ring();
     let mut n = 0;
+    let mut error = None;
     while n < max {
         if tail == head {
             // Acquire: pairs with the writer's Release head RMW, publishing the slot and page.
-            head = ring::index(sh.head.load(Ordering::Acquire));
+            head = ring::index(sh.header().head.word.load(Ordering::Acquire));
+            if let Err(e) = super::check_indices(head, tail, ring.size) {
+                error = Some(e);
+                head = tail;
+            }
             if tail == head {
                 break;
             }
         }
-        let (pos, slot) = geo.slot(tail);
-        // Acquire: pairs with the writer's Release merge CAS, publishing merged bytes.
-        let st = slot.state.load(Ordering::Acquire);
-        debug_assert!(
-            st & (RELEASED | DROPPED) == 0,
-            "slot {tail} is published but free"
-        );
-        let (start, end) = (
-            slot.start.load(Ordering::Relaxed) as usize,
-            (st & END_MASK) as usize,
-        );
-        debug_assert!(start <= end && end <= geo.slot_size);
+        let (pos, slot) = ring.slot(tail);
+        let (start, end, st) = match slot_range(slot, tail, ring) {
+            Ok(r) => r,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
         let c = (end - start).min(max - n);
-        // SAFETY: start..start+c lies within the slot's data (end <= slot_size), published to us
-        // by the Acquire loads above; writers only append past `end`, so nobody writes it now.
-        sink(n, unsafe {
-            std::slice::from_raw_parts(geo.page(pos).add(start), c)
-        });
+        // start + c <= end <= slot_size: the run lies within the slot's page, published to us by
+        // the Acquire loads above; writers only append past `end`, so nobody writes it now.
+        sink(n, ring.page(pos).wrapping_add(start), c);
         n += c;
         let packet_done = st & PACKET != 0 && packet_reads;
         if start + c < end && !packet_done {
             slot.start.store((start + c) as u64, Ordering::Relaxed);
             break; // the caller's buffer is full
         }
-        if release(sh, geo, (pos, slot, st), tail, head) {
+        if release(sh, (pos, slot, st), (tail, head), rs.limit) {
             tail += 1;
             released += 1;
             if released == PUBLISH_BATCH {
-                advance_tail(sh, released);
+                sh.advance_tail(released);
                 released = 0;
             }
         } else {
@@ -170,23 +255,33 @@ fn consume(
             break;
         }
     }
-    advance_tail(sh, released);
+    let out = &sh.header().tail.bytes;
+    out.store(
+        out.load(Ordering::Relaxed).wrapping_add(n as u64),
+        Ordering::Relaxed,
+    );
+    sh.advance_tail(released);
     rs.tail = tail;
     rs.cached_head = head;
-    n
+    match error {
+        Some(e) if n == 0 => Err(e),
+        _ => Ok(n),
+    }
 }
 
 /// Releases the drained slot `tail` (at `pos`, seen with state `st`) unless a writer merged into
 /// it meanwhile (then false); keeps its page as a spare or gives it back to the OS, as the pool
-/// policy says. The caller advances the tail ([`advance_tail`]).
+/// policy says. The caller advances the tail ([`Shared::advance_tail`]).
 fn release(
     sh: &Shared,
-    geo: &Geometry,
     (pos, slot, st): (usize, &Slot, u64),
-    tail: u64,
-    head: u64,
+    (tail, head): (u64, u64),
+    limit: u64,
 ) -> bool {
-    let keep = sh.config.policy.keep_on_release(|| sh.spare(head, tail));
+    let keep = sh
+        .config()
+        .policy
+        .keep_on_release(|| sh.spare(limit, head, tail));
     let freed = if keep {
         st | RELEASED
     } else {
@@ -207,21 +302,10 @@ fn release(
         slot.state.store(freed, Ordering::Relaxed);
     }
     if !keep {
-        sh.dropped.fetch_add(1, Ordering::Relaxed);
-        geo.arena.dontneed(pos * geo.slot_size, geo.slot_size);
+        sh.header().dropped.fetch_add(1, Ordering::Relaxed);
+        sh.region.drop_pages(pos, 1);
     }
     true
-}
-
-/// Hands `n` released slots back to the writer side and wakes a sleeping writer.
-fn advance_tail(sh: &Shared, n: u64) {
-    if n == 0 {
-        return;
-    }
-    // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
-    // their DONTNEED) happen before the writer reuses the positions.
-    let old = sh.tail.fetch_add(n * ONE, Ordering::Release);
-    sh.wake_writers_if_waiting(old);
 }
 
 /// The queued bytes of a pipe, borrowed in place: look at them through [`ReadChunk::slices`],
@@ -229,22 +313,29 @@ fn advance_tail(sh: &Shared, n: u64) {
 ///
 /// An empty chunk means end of file. In packet mode each slice is one packet (or its unread
 /// rest), and consuming part of a packet keeps the rest queued.
+///
+/// Across processes: the slices are shared memory that well-behaved processes do not write
+/// while the chunk lives (the chunk holds the read side, and writers only append past a
+/// slot's end). A hostile process mapping the region could change the bytes under you: treat
+/// them as untrusted input, and copy what you must read twice. pagepipe itself never
+/// interprets them, and checks every offset before it forms a slice.
 pub struct ReadChunk<'a> {
-    shared: &'a Shared,
     guard: ReadGuard<'a>,
 }
 
 impl ReadChunk<'_> {
     /// The queued bytes, one slice per slot, oldest first.
     pub fn slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let geo = self.shared.geo(&self.guard);
+        let ring = self.guard.ring();
         (self.guard.tail..self.guard.cached_head).map(move |i| {
-            let (pos, slot) = geo.slot(i);
-            // Acquire: pairs with the writer's Release merge CAS (see `consume`).
-            let end = (slot.state.load(Ordering::Acquire) & END_MASK) as usize;
-            let start = slot.start.load(Ordering::Relaxed) as usize;
-            // SAFETY: as in `consume`: published data, not written while we hold the read side.
-            unsafe { std::slice::from_raw_parts(geo.page(pos).add(start), end - start) }
+            let (pos, slot) = ring.slot(i);
+            // Acquire: pairs with the writer's Release merge CAS (see `slot_range`). Clamped
+            // so that even a value a peer changed since `read_chunk` checked it stays in the page.
+            let end = ((slot.state.load(Ordering::Acquire) & END_MASK) as usize).min(ring.slot_size());
+            let start = (slot.start.load(Ordering::Relaxed) as usize).min(end);
+            // SAFETY: start <= end <= slot_size: inside position pos's page; published data
+            // that no pagepipe code writes while we hold the read side (see the type's docs).
+            unsafe { std::slice::from_raw_parts(ring.page(pos).add(start), end - start) }
         })
     }
 
@@ -265,8 +356,10 @@ impl ReadChunk<'_> {
     pub fn consume(mut self, n: usize) {
         let len = self.len();
         assert!(n <= len, "consume of {n} bytes from a chunk of {len} bytes");
-        let done = consume(self.shared, &mut self.guard, n, false, |_, _| {});
-        debug_assert_eq!(done, n);
+        let sh = self.guard.sh;
+        // A slot a peer corrupted since read_chunk validated it stops the consumption early;
+        // the next read reports it.
+        let _ = consume(sh, &mut self.guard, n, false, |_, _, _| {});
     }
 }
 
@@ -284,18 +377,8 @@ impl io::Read for &Reader {
 
 impl Clone for Reader {
     fn clone(&self) -> Reader {
-        self.shared.readers.fetch_add(1, Ordering::Relaxed);
         Reader {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        // AcqRel: Release pairs with the writers' Acquire loads of the reader count.
-        if self.shared.readers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.writable.wake_all();
+            end: self.end.clone(),
         }
     }
 }

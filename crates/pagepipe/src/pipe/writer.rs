@@ -1,15 +1,20 @@
 //! The writing end: `io::Write`, Linux's merge and atomicity rules, and the in-place chunk API.
 
-use super::{Geometry, Shared, Slot, WriteGuard, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
+use super::{End, Ring, Shared, WriteGuard};
+use crate::region::{CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED, W};
 use crate::ring::{self, ONE};
 use crate::sync::{Arc, Ordering};
-use std::io;
+use std::io::{self, IoSlice};
+use std::time::Duration;
 
 /// The writing end of a pipe.
 ///
 /// Cloning a `Writer` is like `dup(2)`ing a pipe's write descriptor: every clone writes into the
-/// same pipe, and readers see end of file once the last clone is dropped. Writes of at most
-/// [`crate::PIPE_BUF`] bytes are atomic even with many concurrent writers.
+/// same pipe, and readers see end of file once the last clone is dropped, in every process that
+/// holds one (a forked child holds the ends its parent held; [`Writer::send_to`] and
+/// [`Writer::pass_to`] hand one to another process). Writes of at most [`crate::PIPE_BUF`] bytes
+/// are atomic even with many concurrent writers, in any number of processes, and even if the
+/// writer is killed in the middle of one.
 ///
 /// ```
 /// use std::io::{Read, Write};
@@ -22,40 +27,74 @@ use std::io;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Writer {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) end: Arc<End>,
 }
 
 impl Writer {
-    /// Switches every clone of this writer to non-blocking mode (`O_NONBLOCK`) or back.
+    fn shared(&self) -> &Shared {
+        &self.end.shared
+    }
+
+    /// Switches this end to non-blocking mode (`O_NONBLOCK`) or back, for every holder of it in
+    /// every process (like the flag of an open file description, shared by `dup` and `fork`).
     ///
     /// In non-blocking mode a write that can place nothing fails with
-    /// [`io::ErrorKind::WouldBlock`]; a larger write places what fits and returns the count.
+    /// [`io::ErrorKind::WouldBlock`], and so does one that finds the write side held (by a
+    /// chunk or a resize); a larger write places what fits and returns the count.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared
-            .write_nonblocking
-            .store(nonblocking, Ordering::Relaxed);
+        self.shared().header().nonblocking[W].store(u32::from(nonblocking), Ordering::Relaxed);
         Ok(())
     }
 
     /// Whether writes are non-blocking.
     pub fn is_nonblocking(&self) -> bool {
-        self.shared.write_nonblocking.load(Ordering::Relaxed)
+        self.shared().nonblocking(W)
+    }
+
+    /// Bounds how long a write (and [`Writer::write_chunk`]) waits for room or for the write
+    /// side, like `UnixStream::set_write_timeout`; `None` waits forever. An expired wait is
+    /// [`io::ErrorKind::TimedOut`] (or the partial count of a larger write). Shared by every
+    /// holder of this end.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.shared().header().timeout_ns[W].store(timeout_ns(timeout)?, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The write timeout set by [`Writer::set_write_timeout`].
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(match self.shared().header().timeout_ns[W].load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        })
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
     pub fn capacity(&self) -> usize {
-        self.shared.capacity()
+        self.shared().capacity()
+    }
+
+    /// Bytes of whole free slots: a write of this many bytes would not block now (a small
+    /// write may fit in more, by merging into the last slot). Takes no lock: a snapshot.
+    pub fn free(&self) -> usize {
+        let sh = self.shared();
+        let (h, t) = sh.indices();
+        let limit = sh.capacity() / sh.config().slot_size;
+        (limit as u64).saturating_sub(ring::occupancy(h, t)) as usize * sh.config().slot_size
     }
 
     /// Resizes the pipe (`F_SETPIPE_SZ`) and returns the new capacity.
     ///
     /// The request rounds up to a power-of-two number of 4 KiB pages (then to whole slots);
-    /// queued data is kept.
+    /// queued data is kept. Waits for both sides of the pipe (so a thread holding a chunk of
+    /// this pipe must not call it).
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than 1 GiB (where Linux would round 0 up to
     /// one page); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold data than the new
-    /// size has; an mmap failure as the OS reports it.
+    /// size has; [`io::ErrorKind::InvalidData`] if the shared region is corrupt.
     ///
     /// ```
     /// let (w, _r) = pagepipe::pipe()?;
@@ -64,29 +103,31 @@ impl Writer {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
-        self.shared.set_capacity(bytes)
+        self.shared().set_capacity(bytes, self.shared().deadline(W))
     }
 
     /// Spare pages the pipe's pool holds resident (pages at free slot positions that the next
     /// writes reuse without a page fault), as counted by the pool.
     pub fn spare_pages(&self) -> usize {
-        self.shared.spare_pages()
+        self.shared().spare_pages()
     }
 
     /// Resident 4 KiB pages at free slot positions as the kernel reports them (`mincore(2)`).
+    #[cfg(not(loom))]
     pub fn resident_spare_pages(&self) -> io::Result<usize> {
-        self.shared.resident_spare_pages()
+        self.shared().resident_spare_pages()
     }
 
     /// Borrows free slots of the ring to fill in place; see [`WriteChunk`].
     ///
     /// Blocks until at least one slot is free (in non-blocking mode fails with
-    /// [`io::ErrorKind::WouldBlock`] instead). The chunk holds the write side: other writers, and
-    /// `set_capacity`, wait until it is committed or dropped, so the thread holding it must not
-    /// write to, resize or inspect the pool of this pipe meanwhile (that would deadlock).
+    /// [`io::ErrorKind::WouldBlock`] instead). The chunk holds the write side: other writers, in
+    /// every process, and `set_capacity`, wait until it is committed or dropped; the thread
+    /// holding it gets [`io::ErrorKind::Deadlock`] if it writes to this pipe meanwhile.
     ///
     /// # Errors
-    /// [`io::ErrorKind::BrokenPipe`] when every reader is gone.
+    /// [`io::ErrorKind::BrokenPipe`] when every reader is gone; `TimedOut` after the write
+    /// timeout.
     ///
     /// ```
     /// use std::io::Read;
@@ -101,19 +142,20 @@ impl Writer {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn write_chunk(&self) -> io::Result<WriteChunk<'_>> {
-        let sh = &*self.shared;
-        let mut ws = sh.lock_write();
+        let sh = self.shared();
+        let deadline = sh.deadline(W);
         loop {
-            if sh.readers_gone() {
+            if self.end.peer_gone(false) {
                 return Err(broken_pipe());
             }
-            let limit = sh.max_usage.load(Ordering::Relaxed) as u64;
+            let mut ws = sh.lock_write(sh.lock_wait(W, deadline))?;
             // Acquire: pairs with the reader's Release tail RMW (its last reads of freed pages).
-            ws.cached_tail = ring::index(sh.tail.load(Ordering::Acquire));
-            let free = limit - ring::occupancy(ws.head, ws.cached_tail).min(limit);
+            let tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
+            super::check_indices(ws.head, tail, ws.ring_size)?;
+            ws.cached_tail = tail;
+            let free = ws.limit.saturating_sub(ring::occupancy(ws.head, tail));
             if free > 0 {
                 return Ok(WriteChunk {
-                    shared: sh,
                     guard: ws,
                     free: free as usize,
                 });
@@ -122,65 +164,131 @@ impl Writer {
                 return Err(would_block());
             }
             drop(ws);
-            sh.wait_writable();
-            ws = sh.lock_write();
+            self.end.wait_writable(deadline)?;
         }
     }
 
-    fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
+    fn write_impl(&self, src: &mut Source<'_>) -> io::Result<usize> {
+        let total = src.len();
+        if total == 0 {
             return Ok(0); // a null write succeeds, even with no reader (as in Linux)
         }
-        let sh = &*self.shared;
-        let prefilled = sh.prefill(buf.len());
-        let mut ws = sh.lock_write();
+        if self.end.peer_gone(false) {
+            return Err(broken_pipe());
+        }
+        let sh = self.shared();
+        let deadline = sh.deadline(W);
+        let prefilled = sh.prefill(total);
+        let mut ws = sh.lock_write(sh.lock_wait(W, deadline))?;
         sh.adopt_prefill(&ws, prefilled);
-        let result = 'write: {
-            if sh.readers_gone() {
-                break 'write Err(broken_pipe());
+        let mut done = merge(sh, &ws, src)?;
+        let result = loop {
+            done += fill(sh, &mut ws, src)?;
+            if done == total {
+                break Ok(done);
             }
-            let mut done = merge(sh, &ws, buf);
-            loop {
-                done += fill(sh, &mut ws, &buf[done..]);
-                if done == buf.len() {
-                    break 'write Ok(done);
-                }
-                if self.is_nonblocking() {
-                    break 'write partial(done, would_block());
-                }
-                drop(ws);
-                sh.wait_writable();
-                ws = sh.lock_write();
-                if sh.readers_gone() {
-                    break 'write partial(done, broken_pipe());
-                }
+            if self.is_nonblocking() {
+                break partial(done, would_block());
+            }
+            drop(ws);
+            let again = self
+                .end
+                .wait_writable(deadline)
+                .and_then(|()| sh.lock_write(sh.lock_wait(W, deadline)));
+            ws = match again {
+                Ok(ws) => ws,
+                Err(e) => return partial(done, e),
+            };
+            if self.end.peer_gone(false) {
+                break partial(done, broken_pipe());
             }
         };
-        if let Some(keep) = sh.config.policy.trim_after_write() {
+        if let Some(keep) = sh.config().policy.trim_after_write() {
             sh.trim_locked(&ws, keep);
         }
         result
     }
 }
 
+/// The bytes of one write, from one buffer or several (`writev`), consumed front to back.
+pub(crate) struct Source<'a> {
+    bufs: &'a [IoSlice<'a>],
+    /// The buffer and offset of the next byte.
+    idx: usize,
+    off: usize,
+    left: usize,
+}
+
+impl<'a> Source<'a> {
+    pub(crate) fn new(bufs: &'a [IoSlice<'a>]) -> Source<'a> {
+        Source {
+            bufs,
+            idx: 0,
+            off: 0,
+            left: bufs.iter().map(|b| b.len()).sum(),
+        }
+    }
+
+    /// Bytes not yet consumed.
+    pub(crate) fn len(&self) -> usize {
+        self.left
+    }
+
+    /// Copies the next `n` bytes to `dst` without consuming them.
+    ///
+    /// # Safety
+    /// `dst` is valid for `n` bytes of writes and overlaps no source buffer; `n <= self.len()`.
+    unsafe fn copy_to(&self, dst: *mut u8, n: usize) {
+        debug_assert!(n <= self.left);
+        let (mut idx, mut off, mut done) = (self.idx, self.off, 0);
+        while done < n {
+            let b = &self.bufs[idx];
+            let c = (b.len() - off).min(n - done);
+            // SAFETY: off + c <= b.len(); dst + done + c <= dst + n (caller's guarantee).
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().add(off), dst.add(done), c) };
+            done += c;
+            off += c;
+            if off == b.len() {
+                idx += 1;
+                off = 0;
+            }
+        }
+    }
+
+    /// Consumes the next `n` bytes.
+    fn advance(&mut self, mut n: usize) {
+        debug_assert!(n <= self.left);
+        self.left -= n;
+        while n > 0 {
+            let c = (self.bufs[self.idx].len() - self.off).min(n);
+            n -= c;
+            self.off += c;
+            if self.off == self.bufs[self.idx].len() {
+                self.idx += 1;
+                self.off = 0;
+            }
+        }
+    }
+}
+
 /// Linux's first step: the write's sub-slot remainder (`len % slot_size` bytes, from the front)
 /// goes into the last slot when that slot can merge and has room. Returns the bytes merged.
-fn merge(sh: &Shared, ws: &WriteGuard<'_>, buf: &[u8]) -> usize {
-    let ss = sh.config.slot_size;
-    let chars = buf.len() % ss;
+fn merge(sh: &Shared, ws: &WriteGuard<'_>, src: &mut Source<'_>) -> io::Result<usize> {
+    let ring = ws.ring();
+    let ss = ring.slot_size();
+    let chars = src.len() % ss;
     if chars == 0 || ws.head == ws.cached_tail {
-        return 0; // nothing to merge, or certainly empty (cached_tail <= tail <= head)
+        return Ok(0); // nothing to merge, or certainly empty (cached_tail <= tail <= head)
     }
-    let geo = sh.geo(ws);
-    let (pos, slot) = geo.slot(ws.head - 1);
+    let (pos, slot) = ring.slot(ws.head - 1);
     let st = slot.state.load(Ordering::Relaxed);
     let end = (st & END_MASK) as usize;
     if st & (CAN_MERGE | RELEASED) != CAN_MERGE || end + chars > ss {
-        return 0;
+        return Ok(0); // (an end past the slot, written by a peer, also lands here)
     }
     // SAFETY: end + chars <= slot_size, so the range is inside the page; bytes past `end` are
     // read by no one (readers stop at `end`) and written only by write-side holders (us).
-    unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), geo.page(pos).add(end), chars) };
+    unsafe { src.copy_to(ring.page(pos).add(end), chars) };
     // Release: pairs with the reader's Acquire load of the slot state, publishing the bytes.
     // Failure means the reader released the drained slot first: then the pipe was empty and
     // Linux would not have merged either.
@@ -188,93 +296,119 @@ fn merge(sh: &Shared, ws: &WriteGuard<'_>, buf: &[u8]) -> usize {
         .state
         .compare_exchange(st, st + chars as u64, Ordering::Release, Ordering::Relaxed)
     {
-        Ok(_) => chars,
+        Ok(_) => {
+            src.advance(chars);
+            add_bytes(sh, chars);
+            Ok(chars)
+        }
         Err(now) => {
             if now & DROPPED != 0 {
                 // The reader gave the page back before our copy faulted it in again: give it
                 // back once more, so a DROPPED position really holds no page. Safe: the slot is
                 // released and only write-side holders (us) reuse free positions.
-                geo.arena.dontneed(pos * ss, ss);
+                sh.region.drop_pages(pos, 1);
             }
-            0
+            Ok(0)
         }
     }
 }
 
-/// Fills free slots with `buf`, one slot page at a time, publishing each as it is filled so the
+/// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.
+fn add_bytes(sh: &Shared, n: usize) {
+    let b = &sh.header().head.bytes;
+    b.store(
+        b.load(Ordering::Relaxed).wrapping_add(n as u64),
+        Ordering::Relaxed,
+    );
+}
+
+/// Fills free slots from `src`, one slot page at a time, publishing them in batches so the
 /// reader overlaps with us. Returns the bytes placed (stops when the ring is full).
-fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, buf: &[u8]) -> usize {
-    let (mut head, mut tail) = (ws.head, ws.cached_tail);
-    let limit = sh.max_usage.load(Ordering::Relaxed) as u64; // changes only with both sides held
-    let geo = sh.geo(ws);
+fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Result<usize> {
+    let (mut head, mut tail, limit) = (ws.head, ws.cached_tail, ws.limit);
+    let ring = ws.ring();
     let mut done = 0;
-    let mut staged = 0;
-    while done < buf.len() {
+    let (mut staged, mut staged_bytes) = (0, 0);
+    let result = loop {
+        if src.len() == 0 {
+            break Ok(done);
+        }
         if ring::is_full(head, tail, limit) {
             // Acquire: pairs with the reader's Release tail RMW, so its reads of the freed pages
             // happen before we overwrite them.
-            tail = ring::index(sh.tail.load(Ordering::Acquire));
+            tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
+            if let Err(e) = super::check_indices(head, tail, ring.size) {
+                break Err(e);
+            }
             if ring::is_full(head, tail, limit) {
-                break;
+                break Ok(done);
             }
         }
-        let n = (buf.len() - done).min(geo.slot_size);
+        let n = src.len().min(ring.slot_size());
         // SAFETY: the position at `head` is free (head - tail < limit), so its page is ours
-        // until published; n <= slot_size keeps the copy inside it; `buf` is a distinct borrow.
-        unsafe { stage(sh, geo, head, buf[done..].as_ptr(), n) };
+        // until published; n <= slot_size keeps the copy inside it.
+        unsafe { stage(sh, ring, head, Some(&mut *src), n) };
         head += 1;
         done += n;
         staged += 1;
+        staged_bytes += n;
         if staged == PUBLISH_BATCH {
-            publish(sh, staged);
-            staged = 0;
+            publish(sh, staged, staged_bytes);
+            (staged, staged_bytes) = (0, 0);
         }
-    }
-    publish(sh, staged);
+    };
+    publish(sh, staged, staged_bytes);
     ws.head = head;
     ws.cached_tail = tail;
-    done
+    result
 }
 
 /// Slots staged before one publication (and, on the reader side, released before one tail
 /// update): one index RMW, one cache-line handoff to the other side, per this many pages.
 pub(crate) const PUBLISH_BATCH: u64 = 4;
 
-/// Copies `len` bytes from `src` (unless null: already in place) into the free slot `head` and
+/// Copies `len` bytes from `src` (unless `None`: already in place) into the free slot `head` and
 /// sets up its state; [`publish`] makes it visible.
 ///
 /// # Safety
-/// The caller holds the write side, slot `head` is free, `len <= slot_size`, and `src` (if not
-/// null) is valid for `len` bytes and does not overlap the slot's page.
-unsafe fn stage(sh: &Shared, geo: &Geometry, head: u64, src: *const u8, len: usize) {
-    let (pos, slot): (usize, &Slot) = geo.slot(head);
+/// The caller holds the write side, slot `head` is free, `len <= slot_size`, and `src` (if any)
+/// holds at least `len` bytes.
+unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<'_>>, len: usize) {
+    let (pos, slot) = ring.slot(head);
     sh.claim(slot);
-    if !src.is_null() {
-        // SAFETY: guaranteed by the caller (free slot, len <= slot_size, valid source).
-        unsafe { std::ptr::copy_nonoverlapping(src, geo.page(pos), len) };
+    if let Some(src) = src {
+        // SAFETY: guaranteed by the caller (free slot, len <= slot_size, enough source bytes).
+        unsafe { src.copy_to(ring.page(pos), len) };
+        src.advance(len);
     }
-    let flags = if sh.config.packet { PACKET } else { CAN_MERGE };
+    let flags = if sh.config().packet { PACKET } else { CAN_MERGE };
     slot.start.store(0, Ordering::Relaxed);
     slot.state.store(len as u64 | flags, Ordering::Relaxed);
 }
 
-/// Publishes the next `n` staged slots and wakes a sleeping reader.
-fn publish(sh: &Shared, n: u64) {
+/// Publishes the next `n` staged slots, holding `bytes` in all, and wakes a sleeping reader.
+fn publish(sh: &Shared, n: u64, bytes: usize) {
     if n == 0 {
         return;
     }
+    add_bytes(sh, bytes);
     // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
-    let old = sh.head.fetch_add(n * ONE, Ordering::Release);
+    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::Release);
     sh.wake_readers_if_waiting(old);
 }
 
 /// Free slots of the ring, borrowed in place: fill them through [`WriteChunk::as_mut_slices`],
-/// then [`WriteChunk::commit`] the bytes written. Dropping the chunk commits nothing.
+/// then [`WriteChunk::commit`] the bytes written. Dropping the chunk commits nothing. This is
+/// pagepipe's `vmsplice(2)`: the bytes are written once, where the reader will read them.
 ///
 /// Committed bytes form whole slots, never merged into earlier data; a later `write` may merge
 /// into the last one, as with any write.
+///
+/// Across processes: the slices are shared memory. Until [`WriteChunk::commit`] no well-behaved
+/// process reads or writes them (the chunk holds the write side, and readers never look past
+/// `head`), but a hostile process mapping the region could; what it could change is only the
+/// bytes themselves, which pagepipe never interprets.
 pub struct WriteChunk<'a> {
-    shared: &'a Shared,
     guard: WriteGuard<'a>,
     /// Free slots from `guard.head` on, at least one.
     free: usize,
@@ -283,7 +417,7 @@ pub struct WriteChunk<'a> {
 impl WriteChunk<'_> {
     /// Bytes the chunk can take.
     pub fn len(&self) -> usize {
-        self.free * self.shared.config.slot_size
+        self.free * self.guard.ring().slot_size()
     }
 
     /// Never true: a chunk has at least one free slot.
@@ -294,14 +428,14 @@ impl WriteChunk<'_> {
     /// The free space as at most two contiguous runs (the ring wraps once); fill the first, then
     /// the second.
     pub fn as_mut_slices(&mut self) -> (&mut [u8], &mut [u8]) {
-        let geo = self.shared.geo(&self.guard);
-        let first = ring::slot(self.guard.head, geo.ring_size);
-        let a = self.free.min(geo.ring_size - first);
-        let (pa, pb) = (geo.page(first), geo.page(0));
-        let (la, lb) = (a * geo.slot_size, (self.free - a) * geo.slot_size);
+        let ring = self.guard.ring();
+        let first = ring::slot(self.guard.head, ring.size);
+        let a = self.free.min(ring.size - first);
+        let (pa, pb) = (ring.page(first), ring.page(0));
+        let (la, lb) = (a * ring.slot_size(), (self.free - a) * ring.slot_size());
         // SAFETY: positions first..first+a and 0..free-a are free slots, contiguous in the arena
-        // and disjoint (free <= ring_size); we hold the write side, so no one else touches them
-        // while `self` is mutably borrowed.
+        // and disjoint (free <= ring_size); we hold the write side, so no pagepipe code in any
+        // process touches them while `self` is mutably borrowed (see the type's docs).
         unsafe {
             (
                 std::slice::from_raw_parts_mut(pa, la),
@@ -320,17 +454,17 @@ impl WriteChunk<'_> {
             "commit of {n} bytes into a chunk of {} bytes",
             self.len()
         );
-        let sh = self.shared;
-        let ss = sh.config.slot_size;
+        let sh = self.guard.sh;
+        let ring = self.guard.ring();
+        let ss = ring.slot_size();
         let mut head = self.guard.head;
-        let geo = sh.geo(&self.guard);
         for off in (0..n).step_by(ss) {
-            // SAFETY: slot `head` is one of the chunk's free slots; null means the bytes are
-            // already in place; (n - off).min(ss) <= slot_size.
-            unsafe { stage(sh, geo, head, std::ptr::null(), (n - off).min(ss)) };
+            // SAFETY: slot `head` is one of the chunk's free slots; the bytes are already in
+            // place; (n - off).min(ss) <= slot_size.
+            unsafe { stage(sh, ring, head, None, (n - off).min(ss)) };
             head += 1;
         }
-        publish(sh, head - self.guard.head);
+        publish(sh, head - self.guard.head, n);
         self.guard.head = head;
         n
     }
@@ -352,9 +486,33 @@ pub(crate) fn would_block() -> io::Error {
     io::Error::from(io::ErrorKind::WouldBlock)
 }
 
+/// A timeout as the region stores it (nanoseconds, 0 for none).
+pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
+    match t {
+        None => Ok(0),
+        Some(d) if d.is_zero() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        )),
+        Some(d) => Ok(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    }
+}
+
+impl Writer {
+    fn write_one(&self, buf: &[u8]) -> io::Result<usize> {
+        let one = [IoSlice::new(buf)];
+        self.write_impl(&mut Source::new(&one))
+    }
+}
+
+/// `writev(2)` semantics: the buffers are one write; if they hold at most [`crate::PIPE_BUF`]
+/// bytes in all, it is atomic, done under one hold of the write side.
 impl io::Write for Writer {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_impl(buf)
+        self.write_one(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_impl(&mut Source::new(bufs))
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -363,28 +521,28 @@ impl io::Write for Writer {
 
 impl io::Write for &Writer {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_impl(buf)
+        self.write_one(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_impl(&mut Source::new(bufs))
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }
 
-impl Clone for Writer {
-    fn clone(&self) -> Writer {
-        self.shared.writers.fetch_add(1, Ordering::Relaxed);
-        Writer {
-            shared: self.shared.clone(),
-        }
+impl Writer {
+    /// Always true: [`io::Write::write_vectored`] writes every buffer in one call, atomically
+    /// up to [`crate::PIPE_BUF`] bytes in all (`Write::is_write_vectored` is not yet stable).
+    pub fn is_write_vectored(&self) -> bool {
+        true
     }
 }
 
-impl Drop for Writer {
-    fn drop(&mut self) {
-        // AcqRel: Release pairs with the Acquire loads of the writer count in the reader, so a
-        // reader that sees 0 sees every slot we published; Acquire orders the other clones' drops.
-        if self.shared.writers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.readable.wake_all();
+impl Clone for Writer {
+    fn clone(&self) -> Writer {
+        Writer {
+            end: self.end.clone(),
         }
     }
 }

@@ -1,0 +1,319 @@
+//! Side locks that live in shared memory and survive a holder that dies.
+//!
+//! A lock is one 64-bit word in a pipe's region: 0 when free, else the holder's identity. The
+//! low 32 bits hold the holding thread's id (bits 0..=30) and [`WAITERS`] (bit 31); the high 32
+//! bits the low half of that thread's start time (clock ticks since boot, `/proc/<tid>/stat`
+//! field 22), so a thread id that the OS reused for a new thread is not mistaken for the dead
+//! holder. Taking the lock is one compare-and-swap of the whole word, so the identity is never
+//! half written.
+//!
+//! A contended taker spins briefly, then sets [`WAITERS`] and sleeps on the word's low half (a
+//! shared futex) for at most [`TICK`]. When a tick passes with the same holder, it asks the OS
+//! whether that thread still exists; if not, it takes the lock over and tells its caller, who
+//! recovers the side's state (see `pipe::Shared::lock_read`). Nothing is trusted in the word:
+//! a value naming no live thread is a dead holder; a value naming the caller itself is reported
+//! as [`io::ErrorKind::Deadlock`] rather than waited on forever.
+//!
+//! Why not robust pthread mutexes: their layout is libc's, the kernel walks list pointers that
+//! a hostile peer could write, and loom cannot model them (DESIGN.md, "Cross-process").
+
+use crate::sync::{AtomicU64, Ordering};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// Set in a held lock's word when some taker sleeps on it: the holder wakes on release.
+pub(crate) const WAITERS: u64 = 1 << 31;
+/// The thread id bits of a lock word.
+const TID_MASK: u64 = WAITERS - 1;
+/// How long a taker sleeps before it checks that the holder is alive.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the futex is the lock word's low half, which is its first four bytes only on little-endian"
+);
+
+/// How a taker may wait for a held lock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// Not at all: `WouldBlock` (non-blocking ends never wait for a lock held by a chunk).
+    Never,
+    /// Until the lock is free or its holder is found dead, at most until the deadline if any.
+    Until(Option<Instant>),
+}
+
+/// How a lock was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// From a live holder that released it (or it was free): the side's state is consistent.
+    Clean,
+    /// From a holder that died holding it: the caller must recover the side's state.
+    FromDead,
+}
+
+/// A side lock word (see the module docs).
+#[repr(C)]
+pub(crate) struct SideLock {
+    word: AtomicU64,
+    #[cfg(loom)]
+    sleep: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    cv: loom::sync::Condvar,
+}
+
+impl SideLock {
+    #[cfg(loom)]
+    pub(crate) fn new() -> SideLock {
+        SideLock {
+            word: AtomicU64::new(0),
+            sleep: loom::sync::Mutex::new(()),
+            cv: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// Takes the lock.
+    ///
+    /// # Errors
+    /// `WouldBlock` ([`Wait::Never`]) or `TimedOut` (deadline passed) while a live thread holds
+    /// it; `Deadlock` if the word names the calling thread (it already holds this lock, for
+    /// example through a chunk, or a peer wrote our identity into the region).
+    pub(crate) fn lock(&self, wait: Wait) -> io::Result<Taken> {
+        let me = me();
+        // Acquire: pairs with the Release swap in `unlock`, so the previous holder's writes to
+        // the side's state are visible to us.
+        match self
+            .word
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(Taken::Clean),
+            Err(_) => self.lock_slow(me, wait),
+        }
+    }
+
+    #[cold]
+    fn lock_slow(&self, me: u64, wait: Wait) -> io::Result<Taken> {
+        let deadline = match wait {
+            Wait::Never => None,
+            Wait::Until(d) => d,
+        };
+        let mut spins = 0u32;
+        let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
+        let mut suspect = None; // a holder seen through a whole tick
+        loop {
+            let cur = self.word.load(Ordering::Relaxed);
+            if cur & TID_MASK == 0 {
+                // Acquire: as in `lock`.
+                if self
+                    .word
+                    .compare_exchange(cur, me | waited, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(Taken::Clean);
+                }
+                continue;
+            }
+            if cur & TID_MASK == me & TID_MASK {
+                return Err(io::Error::new(
+                    io::ErrorKind::Deadlock,
+                    "this thread already holds this side of the pipe (a chunk is alive), or the \
+                     shared region says so",
+                ));
+            }
+            if matches!(wait, Wait::Never) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the pipe's side is held (by a chunk or a resize)",
+                ));
+            }
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            if suspect == Some(cur | WAITERS) && !holder_alive(cur) {
+                // Acquire: as in `lock`; and the holder's writes before it died are visible
+                // through the shared memory anyway (it can release nothing any more).
+                if self
+                    .word
+                    .compare_exchange(cur, me | WAITERS, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(Taken::FromDead);
+                }
+                continue;
+            }
+            if cur & WAITERS == 0
+                && self
+                    .word
+                    .compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            waited = WAITERS;
+            let mut tick = TICK;
+            if let Some(d) = deadline {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "timed out waiting for the pipe's side lock",
+                    ));
+                }
+                tick = tick.min(d - now);
+            }
+            if self.sleep(cur | WAITERS, tick) {
+                suspect = None;
+            } else {
+                // A whole tick with the word unchanged: check the holder before the next one.
+                suspect = Some(cur | WAITERS);
+            }
+        }
+    }
+
+    /// Releases the lock, waking sleeping takers if any registered.
+    pub(crate) fn unlock(&self) {
+        // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
+        let old = self.word.swap(0, Ordering::Release);
+        if old & WAITERS != 0 {
+            self.wake_all();
+        }
+    }
+
+    /// Sleeps while the word is `seen`, at most `timeout`; false on timeout.
+    #[cfg(not(loom))]
+    fn sleep(&self, seen: u64, timeout: Duration) -> bool {
+        crate::sys::futex_wait_shared(self.word.as_ptr().cast(), seen as u32, Some(timeout))
+    }
+
+    #[cfg(not(loom))]
+    fn wake_all(&self) {
+        crate::sys::futex_wake_shared(self.word.as_ptr().cast());
+    }
+
+    #[cfg(loom)]
+    fn sleep(&self, seen: u64, _timeout: Duration) -> bool {
+        let guard = self.sleep.lock().unwrap();
+        if self.word.load(Ordering::Relaxed) != seen {
+            return true;
+        }
+        drop(self.cv.wait(guard).unwrap());
+        true
+    }
+
+    #[cfg(loom)]
+    fn wake_all(&self) {
+        let _guard = self.sleep.lock().unwrap();
+        self.cv.notify_all();
+    }
+}
+
+/// Spins before a taker sleeps: a side is held for a copy of at most a few pages.
+#[cfg(not(loom))]
+const SPINS: u32 = 1 << 10;
+#[cfg(loom)]
+const SPINS: u32 = 0;
+
+/// Whether the thread a lock word names still exists (and is the same thread: same start time).
+#[cfg(not(loom))]
+fn holder_alive(word: u64) -> bool {
+    let tid = (word & TID_MASK) as u32;
+    crate::sys::thread_start_time(tid) == Some((word >> 32) as u32)
+}
+
+/// Under loom no thread dies: every holder is alive.
+#[cfg(loom)]
+fn holder_alive(_word: u64) -> bool {
+    true
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    /// The thread's lock identity, 0 until computed.
+    static ME: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The calling thread's lock identity: thread id and start time, computed once per thread.
+#[cfg(not(loom))]
+pub(crate) fn me() -> u64 {
+    ME.with(|c| {
+        if c.get() == 0 {
+            let tid = crate::sys::gettid();
+            let start = crate::sys::thread_start_time(tid).unwrap_or(0);
+            c.set((u64::from(start) << 32) | (u64::from(tid) & TID_MASK));
+        }
+        c.get()
+    })
+}
+
+/// Run in a forked child (pthread_atfork), on its only thread: the identity that thread
+/// cached in the parent names the parent's thread.
+#[cfg(not(loom))]
+pub(crate) fn note_fork() {
+    ME.with(|c| c.set(0));
+}
+
+#[cfg(loom)]
+pub(crate) fn me() -> u64 {
+    use std::sync::atomic::AtomicU64 as StdU64;
+    static NEXT: StdU64 = StdU64::new(1);
+    loom::thread_local! {
+        static ME: std::cell::Cell<u64> = std::cell::Cell::new(0);
+    }
+    ME.with(|c| {
+        if c.get() == 0 {
+            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TID_MASK + 1;
+            c.set(id);
+        }
+        c.get()
+    })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_names_a_live_thread() {
+        let me = me();
+        assert_ne!(me & TID_MASK, 0);
+        assert!(holder_alive(me));
+        // A different start time is a different (dead) thread with a reused id.
+        assert!(!holder_alive(me ^ (1 << 40)));
+        // A thread that has exited is dead.
+        let other = std::thread::spawn(super::me).join().unwrap();
+        assert_ne!(other & TID_MASK, me & TID_MASK);
+        assert!(!holder_alive(other));
+    }
+
+    #[test]
+    fn lock_taken_over_from_a_dead_holder() {
+        let lock = SideLock {
+            word: AtomicU64::new(0),
+        };
+        let dead = std::thread::spawn(|| {
+            let l = SideLock {
+                word: AtomicU64::new(0),
+            };
+            l.lock(Wait::Never).unwrap();
+            l.word.load(Ordering::Relaxed)
+        })
+        .join()
+        .unwrap();
+        lock.word.store(dead, Ordering::Relaxed);
+        assert_eq!(
+            lock.lock(Wait::Never).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        let t = Instant::now();
+        assert_eq!(lock.lock(Wait::Until(None)).unwrap(), Taken::FromDead);
+        assert!(t.elapsed() < 5 * TICK);
+        assert_eq!(
+            lock.lock(Wait::Until(None)).unwrap_err().kind(),
+            io::ErrorKind::Deadlock
+        );
+        lock.unlock();
+        assert_eq!(lock.lock(Wait::Never).unwrap(), Taken::Clean);
+        lock.unlock();
+    }
+}

@@ -1,0 +1,242 @@
+//! Handing an end to another process: over a Unix socket (`SCM_RIGHTS`) or to a child program
+//! (inherited descriptors named by an environment variable). An end travels as two
+//! descriptors: the region's memory file and this end's descriptor of the life pipe.
+
+use super::{End, Reader, Shared, Writer};
+use crate::region::{invalid, Region, R, W};
+use crate::sync::Arc;
+use crate::sys;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The message that carries an end: a tag and the side.
+const TAG: &[u8; 6] = b"PPEND1";
+
+fn side_name(side: usize) -> &'static str {
+    if side == W {
+        "writer"
+    } else {
+        "reader"
+    }
+}
+
+impl End {
+    fn life_fd(&self) -> RawFd {
+        self.life
+            .as_ref()
+            .expect("an end keeps its life descriptor until dropped")
+            .as_raw_fd()
+    }
+
+    fn send_to(&self, sock: &UnixStream) -> io::Result<()> {
+        let mut msg = [0u8; 7];
+        msg[..6].copy_from_slice(TAG);
+        msg[6] = self.side as u8;
+        let fds = [self.shared.region.memfd().as_raw_fd(), self.life_fd()];
+        sys::send_fds(sock.as_fd(), &msg, &fds)
+    }
+
+    fn recv_from(sock: &UnixStream, side: usize) -> io::Result<End> {
+        let mut msg = [0u8; 16];
+        let (n, fds) = sys::recv_fds(sock.as_fd(), &mut msg, 2)?;
+        if n == 0 && fds.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the socket closed before a pipe end arrived",
+            ));
+        }
+        if n != 7 || &msg[..6] != TAG {
+            return Err(invalid(format!(
+                "received a message of {n} bytes that is not a pagepipe end"
+            )));
+        }
+        if usize::from(msg[6]) != side {
+            return Err(invalid(format!(
+                "received a pagepipe {} where a {} was expected",
+                side_name(1 - side),
+                side_name(side)
+            )));
+        }
+        let Ok([memfd, life]) = <[OwnedFd; 2]>::try_from(fds) else {
+            return Err(invalid("a pagepipe end carries two descriptors"));
+        };
+        check_life(life.as_fd(), side)?;
+        End::attach(memfd, life, side)
+    }
+
+    /// Maps a received region and makes this process's end of it.
+    fn attach(memfd: OwnedFd, life: OwnedFd, side: usize) -> io::Result<End> {
+        let region = Region::attach(memfd)?;
+        Ok(End::new(Shared::open(region), side, life))
+    }
+
+    fn pass_to(self: &Arc<End>, cmd: &mut Command, var: &str) -> io::Result<()> {
+        if var.is_empty() || var.contains(['=', '\0']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{var:?} is not a valid environment variable name"),
+            ));
+        }
+        let (memfd, life) = (self.shared.region.memfd().as_raw_fd(), self.life_fd());
+        cmd.env(var, format!("pagepipe:{}:{memfd}:{life}", side_name(self.side)));
+        let keep = self.clone();
+        // SAFETY: the closure runs in the child between fork and exec; it calls only fcntl
+        // (async-signal-safe) and allocates nothing. `keep` holds the descriptors open in the
+        // parent until the Command is dropped, so the numbers name them at spawn time.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = &keep;
+                sys::clear_cloexec(memfd)?;
+                sys::clear_cloexec(life)
+            })
+        };
+        Ok(())
+    }
+
+    fn from_env(var: &str, side: usize) -> io::Result<End> {
+        static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let value = std::env::var(var).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("environment variable {var}: {e}"),
+            )
+        })?;
+        let (memfd, life) = parse_env(&value, side)
+            .ok_or_else(|| invalid(format!("{var}={value:?} does not name a pagepipe {}", side_name(side))))?;
+        let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.iter().any(|v| v == var) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("the pipe end in {var} was already taken by this process"),
+            ));
+        }
+        if !sys::fd_is_open(memfd) || !sys::fd_is_open(life) {
+            return Err(invalid(format!(
+                "{var}={value:?} names descriptors this process does not have (not inherited?)"
+            )));
+        }
+        // SAFETY: both numbers are open descriptors (checked above), only borrowed for the checks.
+        let (m, l) = unsafe { (BorrowedFd::borrow_raw(memfd), BorrowedFd::borrow_raw(life)) };
+        check_life(l, side)?;
+        sys::memfd_info(m)?;
+        taken.push(var.to_string());
+        // SAFETY: the descriptors were inherited for us (Writer::pass_to set the variable and
+        // cleared close-on-exec on exactly these), and TAKEN makes this the only owner.
+        let (memfd, life) = unsafe { (OwnedFd::from_raw_fd(memfd), OwnedFd::from_raw_fd(life)) };
+        sys::set_cloexec(memfd.as_fd())?;
+        sys::set_cloexec(life.as_fd())?;
+        End::attach(memfd, life, side)
+    }
+}
+
+/// Parses `pagepipe:<side>:<memfd>:<life fd>`.
+fn parse_env(value: &str, side: usize) -> Option<(RawFd, RawFd)> {
+    let mut parts = value.split(':');
+    if parts.next()? != "pagepipe" || parts.next()? != side_name(side) {
+        return None;
+    }
+    let memfd = parts.next()?.parse().ok()?;
+    let life = parts.next()?.parse().ok()?;
+    (parts.next().is_none()).then_some((memfd, life))
+}
+
+/// Checks that `life` is the right end of a kernel pipe for `side`.
+fn check_life(life: BorrowedFd<'_>, side: usize) -> io::Result<()> {
+    match sys::pipe_end_kind(life)? {
+        Some(is_write) if is_write == (side == W) => Ok(()),
+        Some(_) => Err(invalid(format!(
+            "the end's life descriptor is the wrong end of its pipe for a {}",
+            side_name(side)
+        ))),
+        None => Err(invalid("the end's life descriptor is not a pipe")),
+    }
+}
+
+macro_rules! passing {
+    ($end:ident, $side:expr, $name:literal) => {
+        impl $end {
+            #[doc = concat!("Sends a clone of this ", $name, " over a Unix socket (`SCM_RIGHTS`); the")]
+            #[doc = concat!("receiving process gets it with [`", stringify!($end), "::recv_from`]. This")]
+            /// process keeps its own handle.
+            ///
+            /// # Errors
+            /// The socket's error if sending fails.
+            pub fn send_to(&self, sock: &UnixStream) -> io::Result<()> {
+                self.end.send_to(sock)
+            }
+
+            #[doc = concat!("Receives a ", $name, " sent with `send_to`, mapping and validating its")]
+            /// shared region before returning it.
+            ///
+            /// # Errors
+            /// [`io::ErrorKind::InvalidData`] saying what was wrong when the message is not a
+            /// pagepipe end (wrong descriptors, size, magic or version, or the other end of the
+            /// pipe); [`io::ErrorKind::UnexpectedEof`] if the socket closed; the socket's error.
+            ///
+            /// ```
+            /// use std::io::{Read, Write};
+            /// use std::os::unix::net::UnixStream;
+            /// let (a, b) = UnixStream::pair()?;
+            /// let (w, mut r) = pagepipe::pipe()?;
+            /// w.send_to(&a)?;
+            /// drop(w);
+            /// let mut w2 = pagepipe::Writer::recv_from(&b)?; // in another process, typically
+            /// w2.write_all(b"hi")?;
+            /// drop(w2);
+            /// let mut s = String::new();
+            /// r.read_to_string(&mut s)?;
+            /// assert_eq!(s, "hi");
+            /// # Ok::<(), std::io::Error>(())
+            /// ```
+            pub fn recv_from(sock: &UnixStream) -> io::Result<$end> {
+                Ok($end {
+                    end: Arc::new(End::recv_from(sock, $side)?),
+                })
+            }
+
+            #[doc = concat!("Lets the program `cmd` will spawn inherit this ", $name, ": its")]
+            /// descriptors are inherited across exec and the environment variable `var` names
+            #[doc = concat!("them; the child takes the end with [`", stringify!($end), "::from_env`].")]
+            /// `cmd` keeps a clone of the end until it is dropped.
+            ///
+            /// # Errors
+            /// [`io::ErrorKind::InvalidInput`] for an empty `var` or one holding `=` or NUL.
+            pub fn pass_to(&self, cmd: &mut Command, var: &str) -> io::Result<()> {
+                self.end.pass_to(cmd, var)
+            }
+
+            #[doc = concat!("Takes the ", $name, " a parent passed with `pass_to` under `var`. Call it")]
+            /// once per variable; the descriptors it names become owned by the returned end.
+            ///
+            /// # Errors
+            /// [`io::ErrorKind::NotFound`] if `var` is not set; [`io::ErrorKind::InvalidData`]
+            /// if it does not name an inherited pagepipe end of this kind (or its region fails
+            /// validation); [`io::ErrorKind::AlreadyExists`] if this process already took it.
+            pub fn from_env(var: &str) -> io::Result<$end> {
+                Ok($end {
+                    end: Arc::new(End::from_env(var, $side)?),
+                })
+            }
+        }
+    };
+}
+
+passing!(Writer, W, "writer");
+passing!(Reader, R, "reader");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_parse_strictly() {
+        assert_eq!(parse_env("pagepipe:writer:5:6", W), Some((5, 6)));
+        assert_eq!(parse_env("pagepipe:reader:5:6", W), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6:7", W), None);
+        assert_eq!(parse_env("pagepipe:writer:x:6", W), None);
+        assert_eq!(parse_env("other:writer:5:6", W), None);
+    }
+}

@@ -1,0 +1,524 @@
+//! A pipe's shared region: header | slot table | page arena, in one sealed memory file.
+//!
+//! Every process holding an end maps the same memory file, at an address of its own: the region
+//! holds offsets and indices, never pointers, and only fixed-width integers. The geometry is
+//! reserved for the largest capacity a pipe may have ([`crate::MAX_CAPACITY`]) when the pipe is
+//! made, so resizing never remaps (a sparse memory file costs nothing until touched).
+//!
+//! Trust: a peer may write anything anywhere in the region at any time. The immutable words
+//! (magic, version, slot size, reserved slot count, configuration) are loaded once when a process
+//! attaches, validated, and kept in [`Region`]'s own fields; they are never read from the region
+//! again. Every mutable word is loaded once per use into a local and checked before it sizes or
+//! places any access (see `pipe::Shared`); a bad one is `InvalidData`. Bytes of data are copied
+//! with raw-pointer copies only.
+//!
+//! Under `cfg(loom)` the same header lives on the heap with loom's atomics, so the ring, wait and
+//! lock protocols stay model-checked.
+
+use crate::lock::SideLock;
+use crate::pool::PoolPolicy;
+use crate::sync::{AtomicU32, AtomicU64, Futex, Ordering, Padded};
+use crate::sys::PAGE_SIZE;
+use std::io;
+use std::ptr::NonNull;
+
+/// `b"PAGEPIPE"` read as a little-endian u64: the first word of every region.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PAGEPIPE");
+/// The region layout's version; a region of another version is refused.
+pub(crate) const VERSION: u32 = 1;
+/// Bytes reserved for the header at the start of a region.
+pub(crate) const HEADER_SIZE: usize = PAGE_SIZE;
+
+/// Index 0 of per-side arrays in the header: the writing side.
+pub(crate) const W: usize = 0;
+/// Index 1 of per-side arrays in the header: the reading side.
+pub(crate) const R: usize = 1;
+
+/// An index word and the byte count that goes with it, on one line: the writer updates `bytes`
+/// right before it publishes through `word`, so the two cost one cache-line transfer.
+#[repr(C)]
+pub(crate) struct IndexLine {
+    /// `index << 1 | WAITING` (see [`crate::ring`]).
+    pub(crate) word: AtomicU64,
+    /// Bytes ever published (head) or consumed (tail): `Reader::len` is their difference.
+    pub(crate) bytes: AtomicU64,
+}
+
+/// The region's header. Field order is the layout; `const` asserts below pin every offset.
+#[repr(C)]
+pub(crate) struct Header {
+    // Written once at creation, before any other process can see the region.
+    magic: AtomicU64,
+    version: AtomicU32,
+    slot_size: AtomicU32,
+    max_ring: AtomicU32,
+    packet: AtomicU32,
+    /// [`PoolPolicy`] as (kind, keep, burst); see [`encode_policy`].
+    policy: [AtomicU32; 3],
+    // Hot words, each on its own pair of cache lines.
+    /// Slots ever published; WAITING: a reader sleeps.
+    pub(crate) head: Padded<IndexLine>,
+    /// Slots ever consumed; WAITING: a writer sleeps.
+    pub(crate) tail: Padded<IndexLine>,
+    /// Readers sleep here; bumped when data arrives or the last writer of a process goes.
+    pub(crate) readable: Padded<Futex>,
+    /// Writers sleep here; bumped when room appears or the last reader of a process goes.
+    pub(crate) writable: Padded<Futex>,
+    /// The write side: one writer at a time moves head.
+    pub(crate) write_lock: Padded<SideLock>,
+    /// The read side: one reader at a time moves tail.
+    pub(crate) read_lock: Padded<SideLock>,
+    // Cold words.
+    /// Slots in the ring: a power of two, at most `max_ring`. Changes only with both sides held.
+    pub(crate) ring_size: AtomicU32,
+    /// Slots data may use (Linux `max_usage`), at most `ring_size`.
+    pub(crate) max_usage: AtomicU32,
+    /// Free positions whose page is not resident (see `pipe::Shared::spare`). Advisory.
+    pub(crate) dropped: AtomicU64,
+    /// `O_NONBLOCK` of each end ([`W`], [`R`]), shared by every holder like a file description's.
+    pub(crate) nonblocking: [AtomicU32; 2],
+    /// Read and write timeouts in nanoseconds (0: none), like `SO_RCVTIMEO` / `SO_SNDTIMEO`.
+    pub(crate) timeout_ns: [AtomicU64; 2],
+    /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
+    /// other side rechecks, with the kernel, whether any holder is left.
+    pub(crate) closes: [AtomicU64; 2],
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(offset_of!(Header, magic) == 0);
+    assert!(offset_of!(Header, version) == 8);
+    assert!(offset_of!(Header, slot_size) == 12);
+    assert!(offset_of!(Header, max_ring) == 16);
+    assert!(offset_of!(Header, packet) == 20);
+    assert!(offset_of!(Header, policy) == 24);
+    assert!(offset_of!(Header, head) == 128);
+    assert!(offset_of!(Header, tail) == 256);
+    assert!(offset_of!(Header, readable) == 384);
+    assert!(offset_of!(Header, writable) == 512);
+    assert!(offset_of!(Header, write_lock) == 640);
+    assert!(offset_of!(Header, read_lock) == 768);
+    assert!(offset_of!(Header, ring_size) == 896);
+    assert!(offset_of!(Header, closes) == 936);
+    assert!(size_of::<Header>() <= HEADER_SIZE);
+    assert!(align_of::<Header>() <= PAGE_SIZE);
+    assert!(size_of::<Slot>() == 64);
+};
+
+/// Slot state bits above the 32-bit end offset.
+pub(crate) const END_MASK: u64 = 0xffff_ffff;
+/// The slot's data may be extended by a later write (Linux `PIPE_BUF_FLAG_CAN_MERGE`).
+pub(crate) const CAN_MERGE: u64 = 1 << 32;
+/// The slot is one packet: a read returns at most it and discards its rest (`PIPE_BUF_FLAG_PACKET`).
+pub(crate) const PACKET: u64 = 1 << 33;
+/// The reader released the slot (set with a CAS on the last slot, where a merge may race it; on
+/// other slots only when the page is also dropped). A published slot never carries it, except
+/// briefly between a reader's release and its tail update: a reader that died there leaves it
+/// set, and the next reader skips such slots (`pipe::Shared::lock_read`).
+pub(crate) const RELEASED: u64 = 1 << 34;
+/// The position's page was given back to the OS (or never touched): writing there faults.
+/// Meaningful only while the position is free; a free position without it holds a spare page.
+pub(crate) const DROPPED: u64 = 1 << 35;
+
+/// One slot's bookkeeping; its page is at the same position of the arena.
+///
+/// Padded to a cache line so that the writer filling slot `i + 1` does not steal the line the
+/// reader is draining slot `i` from.
+#[repr(C, align(64))]
+pub(crate) struct Slot {
+    /// `end | flags`: `end` is the offset just past the slot's data. While the slot holds data,
+    /// only the writer raises `end` (merging, with a CAS) and only the reader sets RELEASED (with
+    /// a CAS), so a merge and a release of the last slot cannot both succeed.
+    pub(crate) state: AtomicU64,
+    /// Offset of the first unread byte; written only by the reader (or by `set_capacity`, which
+    /// holds both sides), read by the writer only when a new slot is created there.
+    pub(crate) start: AtomicU64,
+}
+
+impl Slot {
+    #[cfg(loom)]
+    fn free() -> Slot {
+        Slot {
+            state: AtomicU64::new(RELEASED | DROPPED),
+            start: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Where each part of a region lies, computed from its two sizes alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    slots: usize,
+    arena: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn of(slot_size: usize, max_ring: usize) -> Layout {
+        let slots = HEADER_SIZE;
+        let table = (max_ring * std::mem::size_of::<Slot>()).next_multiple_of(PAGE_SIZE);
+        let arena = slots + table;
+        Layout {
+            slots,
+            arena,
+            total: arena + max_ring * slot_size,
+        }
+    }
+}
+
+/// Immutable choices made when the pipe was built, kept by each process from its own
+/// validated reading of the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) policy: PoolPolicy,
+    pub(crate) packet: bool,
+    pub(crate) slot_size: usize,
+}
+
+/// This process's view of a pipe's region.
+pub(crate) struct Region {
+    header: NonNull<Header>,
+    slots: NonNull<Slot>,
+    arena: NonNull<u8>,
+    /// Validated at attach; the region's own copy is never read again.
+    pub(crate) config: Config,
+    /// Slot positions (and pages) reserved: the largest ring this region can hold.
+    pub(crate) max_ring: usize,
+    #[cfg(not(loom))]
+    backing: Backing,
+    #[cfg(loom)]
+    _heap: (Box<Header>, Box<[Slot]>, Box<[std::cell::UnsafeCell<u8>]>),
+}
+
+/// The memory file and this process's mapping of it.
+#[cfg(not(loom))]
+struct Backing {
+    map: crate::sys::Mapping,
+    memfd: std::os::fd::OwnedFd,
+}
+
+// SAFETY: the region is memory shared by design; which thread touches which bytes is decided
+// by the side locks and the ring protocol, and every access goes through atomics or raw copies.
+unsafe impl Send for Region {}
+// SAFETY: as for Send.
+unsafe impl Sync for Region {}
+
+/// The largest ring a region reserves for `slot_size`-byte slots.
+pub(crate) fn max_ring_for(slot_size: usize) -> usize {
+    (crate::MAX_CAPACITY / slot_size).max(1)
+}
+
+fn encode_policy(p: PoolPolicy) -> [u32; 3] {
+    let c = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    match p {
+        PoolPolicy::Adaptive { keep } => [0, c(keep), 0],
+        PoolPolicy::Unified { keep, burst } => [1, c(keep), c(burst)],
+        PoolPolicy::TmpPage => [2, 0, 0],
+        PoolPolicy::None => [3, 0, 0],
+    }
+}
+
+fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
+    Ok(match v[0] {
+        0 => PoolPolicy::Adaptive { keep: v[1] as usize },
+        1 => PoolPolicy::Unified {
+            keep: v[1] as usize,
+            burst: v[2] as usize,
+        },
+        2 => PoolPolicy::TmpPage,
+        3 => PoolPolicy::None,
+        k => return Err(invalid(format!("unknown pool policy {k} in the region"))),
+    })
+}
+
+pub(crate) fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+impl Region {
+    /// A new region for a ring of `ring_size` slots (reserving [`max_ring_for`] of them).
+    #[cfg(not(loom))]
+    pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<Region> {
+        let max_ring = max_ring_for(config.slot_size);
+        debug_assert!(ring_size <= max_ring && ring_size.is_power_of_two());
+        let layout = Layout::of(config.slot_size, max_ring);
+        let memfd = crate::sys::sealed_memfd(layout.total as u64)?;
+        use std::os::fd::AsFd;
+        let map = crate::sys::Mapping::shared(memfd.as_fd(), layout.total)?;
+        let region = Region::from_backing(Backing { map, memfd }, layout, config, max_ring);
+        region.init(ring_size);
+        Ok(region)
+    }
+
+    /// A new region on the heap (loom models).
+    #[cfg(loom)]
+    pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<Region> {
+        use crate::sync::Padded;
+        let header = Box::new(Header {
+            magic: AtomicU64::new(0),
+            version: AtomicU32::new(0),
+            slot_size: AtomicU32::new(0),
+            max_ring: AtomicU32::new(0),
+            packet: AtomicU32::new(0),
+            policy: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+            head: Padded(IndexLine {
+                word: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+            }),
+            tail: Padded(IndexLine {
+                word: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+            }),
+            readable: Padded(Futex::new()),
+            writable: Padded(Futex::new()),
+            write_lock: Padded(SideLock::new()),
+            read_lock: Padded(SideLock::new()),
+            ring_size: AtomicU32::new(0),
+            max_usage: AtomicU32::new(0),
+            dropped: AtomicU64::new(0),
+            nonblocking: [AtomicU32::new(0), AtomicU32::new(0)],
+            timeout_ns: [AtomicU64::new(0), AtomicU64::new(0)],
+            closes: [AtomicU64::new(0), AtomicU64::new(0)],
+        });
+        let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();
+        let arena: Box<[std::cell::UnsafeCell<u8>]> = (0..ring_size * config.slot_size)
+            .map(|_| std::cell::UnsafeCell::new(0))
+            .collect();
+        let region = Region {
+            header: NonNull::from(&*header),
+            slots: NonNull::new(slots.as_ptr() as *mut Slot).unwrap(),
+            arena: NonNull::new(arena.as_ptr() as *mut u8).unwrap(),
+            config,
+            max_ring: ring_size,
+            _heap: (header, slots, arena),
+        };
+        region.init(ring_size);
+        Ok(region)
+    }
+
+    #[cfg(not(loom))]
+    fn from_backing(backing: Backing, layout: Layout, config: Config, max_ring: usize) -> Region {
+        let base = backing.map.as_ptr();
+        debug_assert!(layout.total <= backing.map.len());
+        // SAFETY (all three): the offsets come from `layout`, which the mapping's length covers
+        // (checked by the callers), and a mapping is never at address 0.
+        let (header, slots, arena) = unsafe {
+            (
+                NonNull::new_unchecked(base.cast::<Header>()),
+                NonNull::new_unchecked(base.add(layout.slots).cast::<Slot>()),
+                NonNull::new_unchecked(base.add(layout.arena)),
+            )
+        };
+        Region {
+            header,
+            slots,
+            arena,
+            config,
+            max_ring,
+            backing,
+        }
+    }
+
+    /// Writes the immutable words and the initial state; the region is not yet shared.
+    fn init(&self, ring_size: usize) {
+        let h = self.header();
+        let c = self.config;
+        h.magic.store(MAGIC, Ordering::Relaxed);
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.slot_size.store(c.slot_size as u32, Ordering::Relaxed);
+        h.max_ring.store(self.max_ring as u32, Ordering::Relaxed);
+        h.packet.store(u32::from(c.packet), Ordering::Relaxed);
+        for (w, v) in h.policy.iter().zip(encode_policy(c.policy)) {
+            w.store(v, Ordering::Relaxed);
+        }
+        h.ring_size.store(ring_size as u32, Ordering::Relaxed);
+        h.max_usage.store(ring_size as u32, Ordering::Relaxed);
+        h.dropped.store(ring_size as u64, Ordering::Relaxed);
+        for pos in 0..ring_size {
+            self.slot(pos).state.store(RELEASED | DROPPED, Ordering::Relaxed);
+        }
+    }
+
+    /// Maps a region received from another process (or this one) and validates it.
+    ///
+    /// # Errors
+    /// `InvalidData` naming what is wrong: not a sealed memory file, a wrong size, magic or
+    /// version, sizes out of range.
+    #[cfg(not(loom))]
+    pub(crate) fn attach(memfd: std::os::fd::OwnedFd) -> io::Result<Region> {
+        use std::os::fd::AsFd;
+        let (size, seals) = crate::sys::memfd_info(memfd.as_fd())?;
+        if seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(invalid(
+                "the memory file is not sealed against shrinking (not a pagepipe region)",
+            ));
+        }
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s >= HEADER_SIZE && s % PAGE_SIZE == 0)
+            .ok_or_else(|| invalid(format!("a memory file of {size} bytes is not a region")))?;
+        let map = crate::sys::Mapping::shared(memfd.as_fd(), size)?;
+        // SAFETY: the mapping is at least HEADER_SIZE bytes, page aligned, and Header is all
+        // atomics, valid for any bit pattern.
+        let h = unsafe { &*map.as_ptr().cast::<Header>() };
+        let magic = h.magic.load(Ordering::Relaxed);
+        if magic != MAGIC {
+            return Err(invalid(format!("bad region magic {magic:#x}")));
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != VERSION {
+            return Err(invalid(format!(
+                "region version {version}, this pagepipe speaks {VERSION}"
+            )));
+        }
+        let slot_size = h.slot_size.load(Ordering::Relaxed) as usize;
+        if crate::pipe::check_slot_size(slot_size).is_err() {
+            return Err(invalid(format!("bad slot size {slot_size} in the region")));
+        }
+        let max_ring = h.max_ring.load(Ordering::Relaxed) as usize;
+        if max_ring != max_ring_for(slot_size) {
+            return Err(invalid(format!(
+                "region reserves {max_ring} slots of {slot_size} bytes, expected {}",
+                max_ring_for(slot_size)
+            )));
+        }
+        let layout = Layout::of(slot_size, max_ring);
+        if layout.total != size {
+            return Err(invalid(format!(
+                "region of {size} bytes, its header describes {}",
+                layout.total
+            )));
+        }
+        let packet = match h.packet.load(Ordering::Relaxed) {
+            0 => false,
+            1 => true,
+            v => return Err(invalid(format!("bad packet flag {v} in the region"))),
+        };
+        let policy = decode_policy([0, 1, 2].map(|i| h.policy[i].load(Ordering::Relaxed)))?;
+        let config = Config {
+            policy,
+            packet,
+            slot_size,
+        };
+        Ok(Region::from_backing(
+            Backing { map, memfd },
+            layout,
+            config,
+            max_ring,
+        ))
+    }
+
+    /// The memory file behind the region (to pass it to another process).
+    #[cfg(not(loom))]
+    pub(crate) fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.backing.memfd.as_fd()
+    }
+
+    /// The header: all atomics, so a shared reference is sound whatever peers write.
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: `header` points to a live, aligned Header for as long as `self` (the mapping or
+        // box it is in is owned by `self`); every field is an atomic, valid for any bits.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// Slot position `pos`'s bookkeeping.
+    ///
+    /// # Panics
+    /// If `pos >= max_ring` (callers derive positions from a validated ring size).
+    pub(crate) fn slot(&self, pos: usize) -> &Slot {
+        assert!(pos < self.max_ring, "slot position {pos} out of the region");
+        // SAFETY: pos < max_ring, and the slot table holds max_ring slots of atomics.
+        unsafe { &*self.slots.as_ptr().add(pos) }
+    }
+
+    /// The first byte of position `pos`'s page.
+    ///
+    /// # Panics
+    /// If `pos >= max_ring`.
+    pub(crate) fn page(&self, pos: usize) -> *mut u8 {
+        assert!(pos < self.max_ring, "page position {pos} out of the region");
+        // SAFETY: pos < max_ring, so the offset stays inside the arena of max_ring pages.
+        unsafe { self.arena.as_ptr().add(pos * self.config.slot_size) }
+    }
+
+    /// The current ring size, validated: a power of two of at most `max_ring` slots.
+    pub(crate) fn ring_size(&self) -> io::Result<usize> {
+        // Acquire: pairs with the Release store in set_capacity (made with both sides held).
+        let v = self.header().ring_size.load(Ordering::Acquire) as usize;
+        if v == 0 || !v.is_power_of_two() || v > self.max_ring {
+            return Err(invalid(format!("bad ring size {v} in the region")));
+        }
+        Ok(v)
+    }
+
+    /// Slots data may use, validated against `ring`.
+    pub(crate) fn max_usage(&self, ring: usize) -> io::Result<usize> {
+        // Acquire: pairs with the Release store in set_capacity.
+        let v = self.header().max_usage.load(Ordering::Acquire) as usize;
+        if v == 0 || v > ring {
+            return Err(invalid(format!(
+                "bad max_usage {v} for a ring of {ring} slots"
+            )));
+        }
+        Ok(v)
+    }
+
+    /// Gives the pages of `count` positions from `first` back to the OS.
+    pub(crate) fn drop_pages(&self, first: usize, count: usize) {
+        assert!(first + count <= self.max_ring, "page range out of the region");
+        #[cfg(not(loom))]
+        {
+            let ss = self.config.slot_size;
+            let off = self.arena.as_ptr() as usize - self.backing.map.as_ptr() as usize;
+            self.backing.map.remove(off + first * ss, count * ss);
+        }
+    }
+
+    /// Faults in the pages of `count` positions from `first` (contents unchanged).
+    pub(crate) fn populate(&self, first: usize, count: usize) {
+        assert!(first + count <= self.max_ring, "page range out of the region");
+        #[cfg(not(loom))]
+        crate::sys::advise_raw_populate(
+            self.page(first),
+            0,
+            count * self.config.slot_size,
+        );
+    }
+
+    /// Resident 4 KiB pages of position `pos`'s page (`mincore(2)`).
+    #[cfg(not(loom))]
+    pub(crate) fn resident_pages(&self, pos: usize) -> io::Result<usize> {
+        let ss = self.config.slot_size;
+        let off = self.page(pos) as usize - self.backing.map.as_ptr() as usize;
+        self.backing.map.resident_pages(off, ss)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_reserves_the_largest_ring() {
+        let l = Layout::of(4096, max_ring_for(4096));
+        assert_eq!(l.slots, 4096);
+        assert_eq!(l.arena, 4096 + (1 << 18) * 64);
+        assert_eq!(l.total, l.arena + (1 << 30));
+        assert_eq!(max_ring_for(1 << 30), 1);
+    }
+
+    #[test]
+    fn policies_round_trip() {
+        for p in [
+            PoolPolicy::Adaptive { keep: 3 },
+            PoolPolicy::Unified { keep: 2, burst: 8 },
+            PoolPolicy::TmpPage,
+            PoolPolicy::None,
+        ] {
+            assert_eq!(decode_policy(encode_policy(p)).unwrap(), p);
+        }
+        assert!(decode_policy([9, 0, 0]).is_err());
+    }
+}
