@@ -26,7 +26,7 @@ pub(crate) const WAITERS: u64 = 1 << 31;
 /// The thread id bits of a lock word.
 const TID_MASK: u64 = WAITERS - 1;
 /// How long a taker sleeps before it checks that the holder is alive.
-pub(crate) const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 
 const _: () = assert!(
     cfg!(target_endian = "little"),
@@ -119,28 +119,29 @@ impl SideLock {
                      shared region says so",
                 ));
             }
-            if matches!(wait, Wait::Never) {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    "the pipe's side is held (by a chunk or a resize)",
-                ));
-            }
             if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
                 continue;
             }
-            if suspect == Some(cur | WAITERS) && !holder_alive(cur) {
+            let never = matches!(wait, Wait::Never);
+            if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur) {
                 // Acquire: as in `lock`; and the holder's writes before it died are visible
                 // through the shared memory anyway (it can release nothing any more).
                 if self
                     .word
-                    .compare_exchange(cur, me | WAITERS, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(cur, me | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
                     return Ok(Taken::FromDead);
                 }
                 continue;
+            }
+            if never {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the pipe's side is held (by a chunk or a resize)",
+                ));
             }
             if cur & WAITERS == 0
                 && self
@@ -208,9 +209,10 @@ impl SideLock {
     }
 }
 
-/// Spins before a taker sleeps: a side is held for a copy of at most a few pages.
+/// Spins before a taker sleeps (or, non-blocking, checks the holder and gives up): a side is
+/// held for a copy of at most a few pages.
 #[cfg(not(loom))]
-const SPINS: u32 = 1 << 10;
+const SPINS: u32 = 1 << 6;
 #[cfg(loom)]
 const SPINS: u32 = 0;
 
@@ -301,10 +303,6 @@ mod tests {
         .join()
         .unwrap();
         lock.word.store(dead, Ordering::Relaxed);
-        assert_eq!(
-            lock.lock(Wait::Never).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock
-        );
         let t = Instant::now();
         assert_eq!(lock.lock(Wait::Until(None)).unwrap(), Taken::FromDead);
         assert!(t.elapsed() < 5 * TICK);
@@ -313,7 +311,17 @@ mod tests {
             io::ErrorKind::Deadlock
         );
         lock.unlock();
-        assert_eq!(lock.lock(Wait::Never).unwrap(), Taken::Clean);
-        lock.unlock();
+        // Non-blocking takers take over from a dead holder at once, and give up on a live one.
+        lock.word.store(dead, Ordering::Relaxed);
+        assert_eq!(lock.lock(Wait::Never).unwrap(), Taken::FromDead);
+        let held = std::sync::Arc::new(lock);
+        let h2 = held.clone();
+        let err = std::thread::spawn(move || h2.lock(Wait::Never).unwrap_err().kind())
+            .join()
+            .unwrap();
+        assert_eq!(err, io::ErrorKind::WouldBlock);
+        held.unlock();
+        assert_eq!(held.lock(Wait::Never).unwrap(), Taken::Clean);
+        held.unlock();
     }
 }

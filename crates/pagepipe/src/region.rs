@@ -17,7 +17,7 @@
 
 use crate::lock::SideLock;
 use crate::pool::PoolPolicy;
-use crate::sync::{AtomicU32, AtomicU64, Futex, Ordering, Padded};
+use crate::sync::{AtomicU64, ColdU32, ColdU64, Futex, Ordering, Padded};
 use crate::sys::PAGE_SIZE;
 use std::io;
 use std::ptr::NonNull;
@@ -41,20 +41,20 @@ pub(crate) struct IndexLine {
     /// `index << 1 | WAITING` (see [`crate::ring`]).
     pub(crate) word: AtomicU64,
     /// Bytes ever published (head) or consumed (tail): `Reader::len` is their difference.
-    pub(crate) bytes: AtomicU64,
+    pub(crate) bytes: ColdU64,
 }
 
 /// The region's header. Field order is the layout; `const` asserts below pin every offset.
 #[repr(C)]
 pub(crate) struct Header {
     // Written once at creation, before any other process can see the region.
-    magic: AtomicU64,
-    version: AtomicU32,
-    slot_size: AtomicU32,
-    max_ring: AtomicU32,
-    packet: AtomicU32,
+    magic: ColdU64,
+    version: ColdU32,
+    slot_size: ColdU32,
+    max_ring: ColdU32,
+    packet: ColdU32,
     /// [`PoolPolicy`] as (kind, keep, burst); see [`encode_policy`].
-    policy: [AtomicU32; 3],
+    policy: [ColdU32; 3],
     // Hot words, each on its own pair of cache lines.
     /// Slots ever published; WAITING: a reader sleeps.
     pub(crate) head: Padded<IndexLine>,
@@ -70,15 +70,15 @@ pub(crate) struct Header {
     pub(crate) read_lock: Padded<SideLock>,
     // Cold words.
     /// Slots in the ring: a power of two, at most `max_ring`. Changes only with both sides held.
-    pub(crate) ring_size: AtomicU32,
+    pub(crate) ring_size: ColdU32,
     /// Slots data may use (Linux `max_usage`), at most `ring_size`.
-    pub(crate) max_usage: AtomicU32,
+    pub(crate) max_usage: ColdU32,
     /// Free positions whose page is not resident (see `pipe::Shared::spare`). Advisory.
-    pub(crate) dropped: AtomicU64,
+    pub(crate) dropped: ColdU64,
     /// `O_NONBLOCK` of each end ([`W`], [`R`]), shared by every holder like a file description's.
-    pub(crate) nonblocking: [AtomicU32; 2],
+    pub(crate) nonblocking: [ColdU32; 2],
     /// Read and write timeouts in nanoseconds (0: none), like `SO_RCVTIMEO` / `SO_SNDTIMEO`.
-    pub(crate) timeout_ns: [AtomicU64; 2],
+    pub(crate) timeout_ns: [ColdU64; 2],
     /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -256,29 +256,29 @@ impl Region {
     pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<Region> {
         use crate::sync::Padded;
         let header = Box::new(Header {
-            magic: AtomicU64::new(0),
-            version: AtomicU32::new(0),
-            slot_size: AtomicU32::new(0),
-            max_ring: AtomicU32::new(0),
-            packet: AtomicU32::new(0),
-            policy: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+            magic: ColdU64::new(0),
+            version: ColdU32::new(0),
+            slot_size: ColdU32::new(0),
+            max_ring: ColdU32::new(0),
+            packet: ColdU32::new(0),
+            policy: [ColdU32::new(0), ColdU32::new(0), ColdU32::new(0)],
             head: Padded(IndexLine {
                 word: AtomicU64::new(0),
-                bytes: AtomicU64::new(0),
+                bytes: ColdU64::new(0),
             }),
             tail: Padded(IndexLine {
                 word: AtomicU64::new(0),
-                bytes: AtomicU64::new(0),
+                bytes: ColdU64::new(0),
             }),
             readable: Padded(Futex::new()),
             writable: Padded(Futex::new()),
             write_lock: Padded(SideLock::new()),
             read_lock: Padded(SideLock::new()),
-            ring_size: AtomicU32::new(0),
-            max_usage: AtomicU32::new(0),
-            dropped: AtomicU64::new(0),
-            nonblocking: [AtomicU32::new(0), AtomicU32::new(0)],
-            timeout_ns: [AtomicU64::new(0), AtomicU64::new(0)],
+            ring_size: ColdU32::new(0),
+            max_usage: ColdU32::new(0),
+            dropped: ColdU64::new(0),
+            nonblocking: [ColdU32::new(0), ColdU32::new(0)],
+            timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
         });
         let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();

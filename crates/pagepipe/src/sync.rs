@@ -1,15 +1,21 @@
 //! Atomics shim: std normally, loom under `cfg(loom)`; plus the futex word both sides sleep on.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex};
 
 pub(crate) use std::sync::atomic::Ordering;
+
+/// Atomics for words that no concurrency protocol depends on (configuration written before
+/// use or with both sides held, advisory counters, process-local caches): std's even under
+/// loom, so models explore the protocol words (indices, slot states, futexes, locks, closes)
+/// and not these.
+pub(crate) use std::sync::atomic::{AtomicBool as ColdBool, AtomicU32 as ColdU32, AtomicU64 as ColdU64};
 use std::time::Duration;
 
 /// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe.

@@ -108,7 +108,134 @@ impl Kernel {
 
 struct Ours {
     w: Option<Writer>,
-    r: Option<Reader>,
+    r: Option<OurReader>,
+}
+
+/// pagepipe's reader: in this process, or in a forked child that runs each operation when told
+/// over a socket (the same pipe, shared between two processes).
+enum OurReader {
+    Local(Reader),
+    Remote(Remote),
+}
+
+impl OurReader {
+    fn read(&mut self, len: usize) -> Result<Vec<u8>, io::ErrorKind> {
+        match self {
+            OurReader::Local(r) => {
+                let mut buf = vec![0u8; len];
+                let n = r.read(&mut buf).map_err(|e| e.kind())?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+            OurReader::Remote(c) => c.call(b'r', len),
+        }
+    }
+
+    fn set_capacity(&mut self, bytes: usize) -> Result<usize, io::ErrorKind> {
+        match self {
+            OurReader::Local(r) => r.set_capacity(bytes).map_err(|e| e.kind()),
+            OurReader::Remote(c) => c
+                .call(b'c', bytes)
+                .map(|v| u64::from_le_bytes(v.try_into().unwrap()) as usize),
+        }
+    }
+}
+
+/// A forked child holding the pipe's only reader, serving `(op, arg)` requests on a socket.
+struct Remote {
+    sock: std::os::unix::net::UnixStream,
+    pid: libc::pid_t,
+}
+
+/// Held shared by every in-process case, exclusively around a fork (see [`run_with`]).
+static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The error kinds a pipe operation can return, by index on the wire.
+const KINDS: [io::ErrorKind; 4] = [
+    io::ErrorKind::WouldBlock,
+    io::ErrorKind::BrokenPipe,
+    io::ErrorKind::ResourceBusy,
+    io::ErrorKind::InvalidInput,
+];
+
+impl Remote {
+    /// Forks a child that takes `r`; the parent keeps only the socket. The child drops the
+    /// writer it inherited, as a child of `pipe(2)` closes the end it does not use.
+    fn spawn(w: &mut Option<Writer>, r: Reader) -> Remote {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let exclusive = FORKS.write().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the child runs only the server loop below and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        drop(exclusive);
+        assert!(pid >= 0);
+        if pid == 0 {
+            drop(w.take());
+            drop(a);
+            serve(b, r);
+            // SAFETY: leaves the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        drop(r);
+        Remote { sock: a, pid }
+    }
+
+    fn call(&mut self, op: u8, arg: usize) -> Result<Vec<u8>, io::ErrorKind> {
+        let mut req = [0u8; 9];
+        req[0] = op;
+        req[1..].copy_from_slice(&(arg as u64).to_le_bytes());
+        self.sock.write_all(&req).unwrap();
+        let mut head = [0u8; 9];
+        self.sock.read_exact(&mut head).unwrap();
+        let len = u64::from_le_bytes(head[1..].try_into().unwrap()) as usize;
+        if head[0] != 0 {
+            return Err(KINDS.get(len).copied().unwrap_or(io::ErrorKind::Other));
+        }
+        let mut body = vec![0u8; len];
+        self.sock.read_exact(&mut body).unwrap();
+        Ok(body)
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.sock.write_all(&[b'q'; 9]);
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+    }
+}
+
+/// The child's loop: `r` reads `arg` bytes, `c` sets the capacity, `q` quits (dropping the
+/// reader: the pipe's last reader goes with it).
+fn serve(mut sock: std::os::unix::net::UnixStream, r: Reader) {
+    let mut req = [0u8; 9];
+    while sock.read_exact(&mut req).is_ok() {
+        let arg = u64::from_le_bytes(req[1..].try_into().unwrap()) as usize;
+        let result = match req[0] {
+            b'r' => {
+                let mut buf = vec![0u8; arg];
+                (&r).read(&mut buf).map(|n| {
+                    buf.truncate(n);
+                    buf
+                })
+            }
+            b'c' => r.set_capacity(arg).map(|c| (c as u64).to_le_bytes().to_vec()),
+            _ => return,
+        };
+        let mut reply = vec![0u8; 9];
+        match result {
+            Ok(body) => {
+                reply[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+                reply.extend(body);
+            }
+            Err(e) => {
+                let k = KINDS.iter().position(|k| *k == e.kind()).unwrap_or(99);
+                reply[0] = 1;
+                reply[1..].copy_from_slice(&(k as u64).to_le_bytes());
+            }
+        }
+        sock.write_all(&reply).unwrap();
+    }
 }
 
 fn pattern(seq: &mut u64, len: usize) -> Vec<u8> {
@@ -121,11 +248,19 @@ fn pattern(seq: &mut u64, len: usize) -> Vec<u8> {
 }
 
 fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError> {
+    run_with(ops, packet, policy, false)
+}
+
+/// `remote`: the pagepipe reader lives in a forked child process.
+///
+/// A forked child inherits every descriptor of the process, as with `pipe(2)`: so that it
+/// holds no end of a pipe another test thread is using, local cases hold [`FORKS`] shared for
+/// their whole run, and a fork happens only with it held exclusively.
+fn run_with(ops: &[Op], packet: bool, policy: PoolPolicy, remote: bool) -> Result<(), TestCaseError> {
     // SAFETY: ignoring SIGPIPE process-wide so EPIPE comes back as an error (Rust's runtime does
     // this too; be explicit).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let mut k = Kernel::new(packet);
-    prop_assume!(k.capacity() == 65536, "kernel pipe did not start at 64 KiB");
+    let _shared = (!remote).then(|| FORKS.read().unwrap_or_else(|e| e.into_inner()));
     let (w, r) = Builder::new()
         .packet_mode(packet)
         .pool(policy)
@@ -133,10 +268,16 @@ fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError
         .unwrap();
     w.set_nonblocking(true).unwrap();
     r.set_nonblocking(true).unwrap();
-    let mut ours = Ours {
-        w: Some(w),
-        r: Some(r),
+    let mut w = Some(w);
+    let r = if remote {
+        OurReader::Remote(Remote::spawn(&mut w, r))
+    } else {
+        OurReader::Local(r)
     };
+    let mut ours = Ours { w, r: Some(r) };
+    // After the fork: the child must not hold the kernel pipe's descriptors.
+    let mut k = Kernel::new(packet);
+    prop_assume!(k.capacity() == 65536, "kernel pipe did not start at 64 KiB");
     let mut seq = 0u64;
     for (i, op) in ops.iter().enumerate() {
         match *op {
@@ -154,11 +295,7 @@ fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError
                     continue;
                 };
                 let kr = k.read(len);
-                let mut buf = vec![0u8; len];
-                let or = r
-                    .read(&mut buf)
-                    .map(|n| buf[..n].to_vec())
-                    .map_err(|e| e.kind());
+                let or = r.read(len);
                 match (&kr, &or) {
                     (Ok(a), Ok(b)) => {
                         prop_assert_eq!(a.len(), b.len(), "op {} read({}) count", i, len);
@@ -168,14 +305,14 @@ fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError
                 }
             }
             Op::SetCapacity(bytes) => {
-                let ours_cap = match (&ours.w, &ours.r) {
-                    (Some(w), _) => w.set_capacity(bytes),
+                let ours_cap = match (&ours.w, &mut ours.r) {
+                    (Some(w), _) => w.set_capacity(bytes).map_err(|e| e.kind()),
                     (None, Some(r)) => r.set_capacity(bytes),
                     (None, None) => continue,
                 };
                 prop_assert_eq!(
                     k.set_capacity(bytes),
-                    ours_cap.map_err(|e| e.kind()),
+                    ours_cap,
                     "op {} set_capacity({})",
                     i,
                     bytes
@@ -209,6 +346,20 @@ proptest! {
     #[test]
     fn same_as_kernel_packet_pipe(ops in prop::collection::vec(op(), 1..60), policy in policy()) {
         run(&ops, true, policy)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// The same, with pagepipe's reader in a forked child process.
+    #[test]
+    fn same_as_kernel_pipe_reader_in_another_process(
+        ops in prop::collection::vec(op(), 1..60),
+        policy in policy(),
+        packet in any::<bool>(),
+    ) {
+        run_with(&ops, packet, policy, true)?;
     }
 }
 

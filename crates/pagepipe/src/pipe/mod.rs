@@ -33,7 +33,7 @@ pub use writer::{WriteChunk, Writer};
 use crate::lock::{self, Taken, TICK};
 use crate::region::{self, invalid, Config, Region, Slot, DROPPED, END_MASK, R, RELEASED, W};
 use crate::ring::{self, ONE, WAITING};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Futex, Ordering};
+use crate::sync::{Arc, AtomicU64, ColdBool, ColdU64, Futex, Ordering};
 use crate::sys::PAGE_SIZE;
 use std::io;
 use std::time::{Duration, Instant};
@@ -533,10 +533,10 @@ pub(crate) struct End {
     #[cfg(not(loom))]
     life: Option<std::os::fd::OwnedFd>,
     /// `closes[other side]` when this end last asked the kernel about the other side.
-    peer_seen: AtomicU64,
+    peer_seen: ColdU64,
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
     /// copied from live ones).
-    peer_gone: AtomicBool,
+    peer_gone: ColdBool,
 }
 
 impl End {
@@ -546,8 +546,8 @@ impl End {
             shared,
             side,
             life: Some(life),
-            peer_seen: AtomicU64::new(u64::MAX),
-            peer_gone: AtomicBool::new(false),
+            peer_seen: ColdU64::new(u64::MAX),
+            peer_gone: ColdBool::new(false),
         }
     }
 
@@ -557,8 +557,8 @@ impl End {
         End {
             shared,
             side,
-            peer_seen: AtomicU64::new(u64::MAX),
-            peer_gone: AtomicBool::new(false),
+            peer_seen: ColdU64::new(u64::MAX),
+            peer_gone: ColdBool::new(false),
         }
     }
 

@@ -1,0 +1,218 @@
+//! A peer that lies: random words of a live pipe's shared region are overwritten between
+//! operations, as a hostile process mapping the region could. Every operation must return (an
+//! error is fine, `InvalidData` expected), never panic, fault or hang; bytes are the peer's
+//! business, memory safety is ours.
+
+use pagepipe::{Builder, PoolPolicy, Reader, Writer};
+use proptest::prelude::*;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// This process's own mapping of a pipe's region, obtained the way a peer would: receive the
+/// end over a socket and map the memory file that came with it.
+struct Mapped {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mapped {
+    fn of(w: &Writer) -> Mapped {
+        let (a, b) = UnixStream::pair().unwrap();
+        w.send_to(&a).unwrap();
+        let fds = recv_fds(&b);
+        let memfd = &fds[0];
+        // SAFETY: fstat into a zeroed stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) }, 0);
+        let len = st.st_size as usize;
+        // SAFETY: a fresh shared mapping of the memory file; we only write through raw pointers.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                memfd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        Mapped {
+            base: base.cast(),
+            len,
+        }
+    }
+
+    /// Overwrites the aligned u64 at `offset` (volatile: the pipe's process reads it).
+    fn poke(&self, offset: usize, value: u64) {
+        assert!(offset + 8 <= self.len && offset % 8 == 0);
+        // SAFETY: in bounds and aligned; the region is shared memory meant to be written.
+        unsafe { std::ptr::write_volatile(self.base.add(offset).cast::<u64>(), value) };
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly our mapping.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+fn recv_fds(sock: &UnixStream) -> Vec<OwnedFd> {
+    let mut buf = [0u8; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr, filled with live buffers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: recvmsg into our buffers.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    assert!(n > 0);
+    let mut fds = Vec::new();
+    // SAFETY: walks the control headers the kernel wrote; SCM_RIGHTS data are descriptors now ours.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+        let data = libc::CMSG_DATA(cmsg).cast::<i32>();
+        for i in 0..count {
+            fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+        }
+    }
+    fds
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(usize),
+    Read(usize),
+    Chunk(usize),
+    Consume(usize),
+    Resize(usize),
+    Len,
+    /// Overwrite the u64 at this offset (words of the header, slot table or arena).
+    Poke(usize, u64),
+}
+
+/// Offsets worth corrupting: every header word, the first slots' states and starts, arena bytes.
+fn offset() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        (0usize..128).prop_map(|w| w * 8),                      // header (1 KiB)
+        (0usize..64).prop_map(|s| 4096 + s * 64),               // slot states
+        (0usize..64).prop_map(|s| 4096 + s * 64 + 8),           // slot starts
+    ]
+}
+
+fn value() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        any::<u64>(),
+        0u64..70_000,
+        Just(0),
+        Just(u64::MAX),
+        (0u64..64).prop_map(|b| 1 << b),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0usize..20_000).prop_map(Op::Write),
+        3 => (0usize..20_000).prop_map(Op::Read),
+        1 => (0usize..20_000).prop_map(Op::Chunk),
+        1 => (0usize..20_000).prop_map(Op::Consume),
+        1 => (1usize..300_000).prop_map(Op::Resize),
+        1 => Just(Op::Len),
+        3 => (offset(), value()).prop_map(|(o, v)| Op::Poke(o, v)),
+    ]
+}
+
+fn acceptable(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::WouldBlock
+            | ErrorKind::InvalidData
+            | ErrorKind::TimedOut
+            | ErrorKind::BrokenPipe
+            | ErrorKind::Deadlock
+            | ErrorKind::ResourceBusy
+    )
+}
+
+fn check<T>(r: std::io::Result<T>) -> Result<(), TestCaseError> {
+    if let Err(e) = r {
+        prop_assert!(acceptable(e.kind()), "unexpected error {e:?}");
+    }
+    Ok(())
+}
+
+fn run(ops: &[Op], policy: PoolPolicy) -> Result<(), TestCaseError> {
+    let (w, r): (Writer, Reader) = Builder::new()
+        .capacity(65536)
+        .pool(policy)
+        .build()
+        .unwrap();
+    w.set_nonblocking(true).unwrap();
+    r.set_nonblocking(true).unwrap();
+    let map = Mapped::of(&w);
+    let data = vec![0xa5u8; 20_000];
+    let mut buf = vec![0u8; 20_000];
+    for op in ops {
+        let t = Instant::now();
+        match *op {
+            Op::Write(n) => check((&w).write(&data[..n]))?,
+            Op::Read(n) => check((&r).read(&mut buf[..n]))?,
+            Op::Chunk(n) => check(w.write_chunk().map(|mut c| {
+                let first = c.as_mut_slices().0;
+                let n = n.min(first.len());
+                first[..n].fill(1);
+                c.commit(n)
+            }))?,
+            Op::Consume(n) => check(r.read_chunk().map(|c| {
+                let n = n.min(c.len());
+                let seen: usize = c.slices().map(|s| s.iter().map(|&b| b as usize).sum::<usize>()).sum();
+                c.consume(n);
+                seen
+            }))?,
+            Op::Resize(n) => check(w.set_capacity(n))?,
+            Op::Len => {
+                let _ = (r.len(), w.free(), w.capacity(), w.spare_pages());
+            }
+            Op::Poke(o, v) => map.poke(o, v),
+        }
+        // Non-blocking calls never sleep; a dead "holder" a peer wrote is checked at once. A
+        // live one (our own thread id) is Deadlock.
+        prop_assert!(t.elapsed() < Duration::from_secs(5), "{op:?} took {:?}", t.elapsed());
+    }
+    // Blocking calls with a timeout return too.
+    w.set_nonblocking(false).unwrap();
+    r.set_nonblocking(false).unwrap();
+    r.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    w.set_write_timeout(Some(Duration::from_millis(20))).unwrap();
+    let t = Instant::now();
+    check((&r).read(&mut buf))?;
+    check((&w).write(&data))?;
+    prop_assert!(t.elapsed() < Duration::from_secs(5));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn corrupted_regions_are_errors_not_undefined_behaviour(
+        ops in prop::collection::vec(op(), 1..40),
+        policy in prop_oneof![
+            Just(PoolPolicy::default()),
+            Just(PoolPolicy::None),
+            Just(PoolPolicy::Unified { keep: 2, burst: 8 }),
+        ],
+    ) {
+        run(&ops, policy)?;
+    }
+}

@@ -1,0 +1,436 @@
+//! Pipes between processes: ends held across fork, passed over sockets and exec, and peers that
+//! are killed with SIGKILL at awkward moments (inside a write, holding a side lock).
+
+use pagepipe::{pipe, Builder, Reader, Writer};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// Bound for "nothing hangs": far above the 100 ms detection the design promises, so a loaded
+/// machine does not fail the test; the benchmark measures the real detection times.
+const HANG: Duration = Duration::from_secs(10);
+
+/// Tests run one at a time: a child forked by one test would inherit (and hold open) the
+/// ends of another test's pipes, as children inherit `pipe(2)` descriptors.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Forks; the child runs `f` and exits with its result (1 on panic) without running the
+/// parent's destructors. What `f` captures by move is dropped in the parent when this returns.
+fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
+    let pid = fork_raw();
+    if pid == 0 {
+        child(f);
+    }
+    pid
+}
+
+/// `fork(2)`: 0 in the child, which must end with [`child`].
+fn fork_raw() -> libc::pid_t {
+    // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
+    // in a child) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    pid
+}
+
+/// Runs `f` in a forked child and exits with its result (1 on panic).
+fn child(f: impl FnOnce() -> i32) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(1);
+    // SAFETY: leaves the child at once.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for `pid` (killing it after HANG) and returns its exit code, or 128 + signal.
+fn reap(pid: libc::pid_t) -> i32 {
+    let deadline = Instant::now() + HANG;
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            break;
+        }
+        if Instant::now() > deadline {
+            kill(pid);
+            panic!("child {pid} hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+fn kill(pid: libc::pid_t) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// A kernel pipe used to tell the parent that a child reached a point.
+fn signal_pipe() -> (std::fs::File, std::fs::File) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    use std::os::fd::FromRawFd;
+    // SAFETY: fresh descriptors owned by nobody else.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+#[test]
+fn a_forked_child_reads_what_the_parent_writes() {
+    let _serial = serial();
+    let (mut w, mut r) = pipe().unwrap();
+    let pid = fork_raw();
+    if pid == 0 {
+        // The child holds both ends, as with pipe(2) descriptors: it closes its writer.
+        child(move || {
+            drop(w);
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).unwrap();
+            i32::from(got != b"from the parent")
+        });
+    }
+    drop(r); // the child's reader keeps the end open
+    w.write_all(b"from the parent").unwrap();
+    drop(w);
+    assert_eq!(reap(pid), 0);
+}
+
+#[test]
+fn end_of_file_waits_for_the_childs_writer() {
+    let _serial = serial();
+    let (w, mut r) = pipe().unwrap();
+    let child = fork(|| {
+        std::thread::sleep(Duration::from_millis(200));
+        (&w).write_all(b"late").unwrap();
+        0
+    });
+    drop(w); // the child still holds a writer
+    let t = Instant::now();
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"late");
+    assert!(t.elapsed() >= Duration::from_millis(150), "end of file came early");
+    assert_eq!(reap(child), 0);
+}
+
+#[test]
+fn a_killed_writer_is_end_of_file_after_its_data() {
+    let _serial = serial();
+    let (w, mut r) = pipe().unwrap();
+    let (mut ready_r, mut ready_w) = signal_pipe();
+    let child = fork(|| {
+        (&w).write_all(b"published").unwrap();
+        ready_w.write_all(b"!").unwrap();
+        std::thread::sleep(HANG * 2);
+        0
+    });
+    drop(w);
+    ready_r.read_exact(&mut [0]).unwrap();
+    kill(child);
+    let t = Instant::now();
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"published");
+    assert!(t.elapsed() < HANG);
+    assert_eq!(reap(child), 128 + libc::SIGKILL);
+}
+
+#[test]
+fn a_killed_reader_is_broken_pipe_for_a_sleeping_writer() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    let (mut ready_r, mut ready_w) = signal_pipe();
+    let child = fork(|| {
+        let mut buf = [0u8; 4];
+        (&r).read_exact(&mut buf).unwrap();
+        ready_w.write_all(b"!").unwrap();
+        std::thread::sleep(HANG * 2);
+        0
+    });
+    drop(r);
+    (&w).write_all(b"ping").unwrap();
+    ready_r.read_exact(&mut [0]).unwrap();
+    (&w).write_all(&[0u8; 65536]).unwrap(); // the pipe is now full
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        kill(child);
+    });
+    let t = Instant::now();
+    let err = (&w).write_all(&[1u8; 4096]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe);
+    assert!(t.elapsed() < HANG);
+    killer.join().unwrap();
+    assert_eq!(reap(child), 128 + libc::SIGKILL);
+}
+
+#[test]
+fn a_write_lock_held_by_a_killed_process_is_taken_over() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    let (mut ready_r, mut ready_w) = signal_pipe();
+    let w2 = w.clone();
+    let child = fork(move || {
+        let mut chunk = w2.write_chunk().unwrap();
+        chunk.as_mut_slices().0[..7].copy_from_slice(b"garbage");
+        ready_w.write_all(b"!").unwrap();
+        std::thread::sleep(HANG * 2); // dies holding the write side
+        0
+    });
+    ready_r.read_exact(&mut [0]).unwrap();
+    kill(child);
+    assert_eq!(reap(child), 128 + libc::SIGKILL);
+    let t = Instant::now();
+    (&w).write_all(b"after").unwrap();
+    assert!(t.elapsed() < HANG);
+    drop(w);
+    let mut got = Vec::new();
+    (&r).read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"after", "an uncommitted chunk of a dead writer leaked");
+}
+
+#[test]
+fn a_read_lock_held_by_a_killed_process_is_taken_over() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    (&w).write_all(b"first").unwrap();
+    let (mut ready_r, mut ready_w) = signal_pipe();
+    let r2 = r.clone();
+    let child = fork(move || {
+        let chunk = r2.read_chunk().unwrap();
+        assert_eq!(chunk.len(), 5);
+        ready_w.write_all(b"!").unwrap();
+        std::thread::sleep(HANG * 2); // dies holding the read side, consuming nothing
+        0
+    });
+    ready_r.read_exact(&mut [0]).unwrap();
+    kill(child);
+    assert_eq!(reap(child), 128 + libc::SIGKILL);
+    (&w).write_all(b"second").unwrap();
+    drop(w);
+    let mut got = Vec::new();
+    (&r).read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"firstsecond");
+}
+
+// ----- records: the stream check of the SIGKILL stress test -----
+
+/// A record: `len: u16 | writer: u8 | seq: u32 | payload | fnv32 of everything before`.
+fn record(writer: u8, seq: u32, payload_len: usize) -> Vec<u8> {
+    let len = 2 + 1 + 4 + payload_len + 4;
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(&(len as u16).to_le_bytes());
+    v.push(writer);
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend((0..payload_len).map(|i| (i as u32 ^ seq) as u8));
+    let sum = fnv(&v);
+    v.extend_from_slice(&sum.to_le_bytes());
+    v
+}
+
+fn fnv(b: &[u8]) -> u32 {
+    b.iter()
+        .fold(0x811c_9dc5u32, |h, &x| (h ^ u32::from(x)).wrapping_mul(0x0100_0193))
+}
+
+/// Checks a stream of whole records; returns the number of records per writer. Panics on a
+/// torn, corrupt, duplicated or missing record.
+fn check_stream(mut s: &[u8], writers: usize) -> Vec<u32> {
+    let mut next = vec![0u32; writers];
+    while !s.is_empty() {
+        assert!(s.len() >= 2, "torn record header");
+        let len = usize::from(u16::from_le_bytes([s[0], s[1]]));
+        assert!(len >= 11 && s.len() >= len, "torn record of {len} bytes");
+        let (rec, rest) = s.split_at(len);
+        let sum = u32::from_le_bytes(rec[len - 4..].try_into().unwrap());
+        assert_eq!(fnv(&rec[..len - 4]), sum, "corrupt record");
+        let w = usize::from(rec[2]);
+        let seq = u32::from_le_bytes(rec[3..7].try_into().unwrap());
+        assert_eq!(seq, next[w], "writer {w}: record {seq} where {} was due", next[w]);
+        next[w] += 1;
+        s = rest;
+    }
+    next
+}
+
+/// xorshift, seeded per iteration.
+fn rng(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Two writer processes stream atomic records (up to PIPE_BUF bytes) into one pipe and are
+/// killed with SIGKILL at random moments; the reader must see every published record whole,
+/// once, in each writer's order, then end of file. Iterations: `PAGEPIPE_KILLS` (default 100,
+/// two kills each).
+#[test]
+fn writers_killed_at_random_moments_lose_and_tear_nothing() {
+    let _serial = serial();
+    let iterations: u64 = std::env::var("PAGEPIPE_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let mut detect = Vec::new();
+    for it in 0..iterations {
+        let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (it + 1);
+        let (w, r) = Builder::new().capacity(16 * 4096).build().unwrap();
+        let pids: Vec<_> = (0..2u8)
+            .map(|id| {
+                let w = w.clone();
+                let mut s = seed ^ u64::from(id) << 32;
+                fork(move || {
+                    for seq in 0.. {
+                        let len = (rng(&mut s) % 4085) as usize; // record <= 4096 bytes
+                        (&w).write_all(&record(id, seq, len)).unwrap();
+                    }
+                    0
+                })
+            })
+            .collect();
+        drop(w);
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            (&r).read_to_end(&mut all).unwrap();
+            (all, Instant::now())
+        });
+        let mut killed_at = Instant::now();
+        for &pid in &pids {
+            std::thread::sleep(Duration::from_micros(rng(&mut seed) % 20_000));
+            kill(pid);
+            killed_at = Instant::now();
+        }
+        for &pid in &pids {
+            assert_eq!(reap(pid), 128 + libc::SIGKILL);
+        }
+        let (all, eof_at) = reader.join().unwrap();
+        detect.push(eof_at.saturating_duration_since(killed_at));
+        check_stream(&all, 2);
+    }
+    detect.sort();
+    let p99 = detect[(detect.len() * 99 / 100).min(detect.len() - 1)];
+    eprintln!(
+        "{} iterations: end of file after the last kill: median {:?}, p99 {:?}, max {:?}",
+        detect.len(),
+        detect[detect.len() / 2],
+        p99,
+        detect.last().unwrap()
+    );
+    assert!(*detect.last().unwrap() < HANG);
+}
+
+// ----- passing ends -----
+
+#[test]
+fn ends_travel_over_a_unix_socket_to_another_process() {
+    let _serial = serial();
+    let (a, b) = UnixStream::pair().unwrap();
+    let child = fork(move || {
+        let mut w = Writer::recv_from(&b).unwrap();
+        w.write_all(b"over the socket").unwrap();
+        0
+    });
+    drop(a.try_clone().unwrap());
+    let (w, mut r) = pipe().unwrap();
+    w.send_to(&a).unwrap();
+    drop(w); // the child now holds the only writer
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"over the socket");
+    assert_eq!(reap(child), 0);
+}
+
+#[test]
+fn receiving_something_else_is_invalid_data() {
+    let _serial = serial();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (w, r) = pipe().unwrap();
+    // A reader where a writer is expected.
+    r.send_to(&a).unwrap();
+    let e = Writer::recv_from(&b).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData);
+    assert!(e.to_string().contains("reader"), "{e}");
+    // A message that is not an end.
+    (&a).write_all(b"hello").unwrap();
+    let e = Reader::recv_from(&b).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    // The right end works, and the peer closing is UnexpectedEof.
+    w.send_to(&a).unwrap();
+    let w2 = Writer::recv_from(&b).unwrap();
+    assert_eq!(w2.capacity(), w.capacity());
+    drop(a);
+    assert_eq!(
+        Writer::recv_from(&b).unwrap_err().kind(),
+        ErrorKind::UnexpectedEof
+    );
+}
+
+/// The child side of `an_exec_child_inherits_an_end`: does nothing unless run by that test.
+#[test]
+fn exec_child_entry() {
+    if std::env::var_os("PAGEPIPE_TEST_EXEC_CHILD").is_none() {
+        return;
+    }
+    let mut w = Writer::from_env("PAGEPIPE_W").unwrap();
+    assert_eq!(
+        Writer::from_env("PAGEPIPE_W").unwrap_err().kind(),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(
+        Reader::from_env("PAGEPIPE_W").unwrap_err().kind(),
+        ErrorKind::InvalidData
+    );
+    w.write_all(b"from an exec'd child").unwrap();
+}
+
+#[test]
+fn an_exec_child_inherits_an_end() {
+    let _serial = serial();
+    let (w, mut r) = pipe().unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "exec_child_entry", "--nocapture", "--test-threads=1"])
+        .env("PAGEPIPE_TEST_EXEC_CHILD", "1")
+        .stdout(std::process::Stdio::null());
+    w.pass_to(&mut cmd, "PAGEPIPE_W").unwrap();
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd); // drops the Command's clone of the writer
+    drop(w);
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(got, b"from an exec'd child");
+    assert_eq!(
+        Writer::from_env("PAGEPIPE_NOT_SET").unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn a_blocked_reader_in_another_process_notices_a_resize_and_data() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    let child = fork(move || {
+        let mut buf = vec![0u8; 200_000];
+        let mut n = 0;
+        while n < 200_000 {
+            n += (&r).read(&mut buf[n..]).unwrap();
+        }
+        i32::from(buf.iter().any(|&b| b != 5))
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(w.set_capacity(1 << 20).unwrap(), 1 << 20);
+    (&w).write_all(&[5u8; 200_000]).unwrap();
+    assert_eq!(reap(child), 0);
+}
