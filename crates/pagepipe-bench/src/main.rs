@@ -9,6 +9,7 @@ mod frag;
 mod lmbench;
 mod pipe_bench;
 mod quick;
+mod stats;
 mod transport;
 
 use clap::{Parser, Subcommand};
