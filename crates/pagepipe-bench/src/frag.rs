@@ -385,9 +385,17 @@ fn push_pop<S: Source>(mut src: S, size: usize, align: usize, count: usize, queu
     ns
 }
 
+/// CPUs online (`sysconf(3)`). Not `available_parallelism`: that counts the calling thread's
+/// affinity mask, which is one CPU while pinned, so `unpin` would pin for good.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// Pins the calling thread to `cpu` when the machine has more than one (`sched_setaffinity(2)`).
 fn pin_to_cpu(cpu: usize) {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    if online_cpus() < 2 {
         return;
     }
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
@@ -402,10 +410,7 @@ fn pin_to_cpu(cpu: usize) {
 fn unpin() {
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in 0..std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(libc::CPU_SETSIZE as usize)
-    {
+    for cpu in 0..online_cpus().min(libc::CPU_SETSIZE as usize) {
         // SAFETY: `cpu` < CPU_SETSIZE and `set` is a valid cpu_set_t.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
@@ -520,6 +525,30 @@ mod tests {
             let ns = single_thread(t, 8, 10_000, 4096);
             assert!(ns > 0.0, "{t}");
         }
+    }
+
+    #[test]
+    fn unpin_gives_back_every_cpu() {
+        fn allowed() -> usize {
+            // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+            // SAFETY: `set` was filled in by sched_getaffinity.
+            unsafe { libc::CPU_COUNT(&set) as usize }
+        }
+        std::thread::spawn(|| {
+            let before = allowed();
+            pin_to_cpu(0);
+            unpin();
+            assert!(
+                allowed() >= before,
+                "{} CPUs after unpin, {before} before",
+                allowed()
+            );
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
