@@ -2,11 +2,13 @@
 //! side, alternating in one run, and reports the ratios with distribution-free intervals.
 //!
 //! With no subcommand it runs the quick suite (about 90 s): one table of every transport.
+//! `compare OLD.jsonl NEW.jsonl` compares two saved `--json` runs.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod common;
+mod compare;
 mod dontcache;
 mod frag;
 mod harness;
@@ -43,6 +45,8 @@ enum Cmd {
     Dontcache(dontcache::Args),
     /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
     Frag(frag::Args),
+    /// benchstat for two `--json` runs: medians, change with its interval, rank-test p-value.
+    Compare(compare::Args),
 }
 
 fn main() {
@@ -55,6 +59,7 @@ fn main() {
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
+        Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {
         eprintln!("pagepipe-bench: {e}");
