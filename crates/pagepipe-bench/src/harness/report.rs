@@ -240,13 +240,21 @@ pub fn print_report(heading: &str, meta: &Meta, results: &[CaseResult], runs: Ru
         &["case", "metric", "transport", "median [95% CI]", &vs],
         &rows(results),
     );
-    let n = match runs {
-        Runs::Fixed(n) => n.to_string(),
-        Runs::Auto => "--runs auto".to_string(),
+    let counts = results.iter().flat_map(|r| r.arms.iter().map(|a| a.runs));
+    let (fewest, most) = counts.fold((usize::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+    let n = if fewest >= most {
+        most.to_string() // one count for every arm (or no arms at all)
+    } else {
+        format!("{fewest} to {most}")
+    };
+    let how = if runs == Runs::Auto {
+        " (--runs auto)"
+    } else {
+        ""
     };
     println!(
-        "median [95% CI]: {n} runs per transport, alternating; the interval is two order statistics \
-         (distribution-free)."
+        "median [95% CI]: {n} runs per transport{how}, alternating; the interval is two order \
+         statistics (distribution-free)."
     );
     println!(
         "vs: Hodges-Lehmann ratio over the paired runs with its signed-rank 95% interval; > 1 is \
