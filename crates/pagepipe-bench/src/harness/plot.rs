@@ -58,8 +58,9 @@ fn grid<R: std::borrow::Borrow<CaseResult>>(
     heading: &str,
     meta: &Meta,
     results: &[R],
-    panel: fn(&Area, &CaseResult) -> Draw<()>,
+    panel: fn(&Area, &CaseResult, &Colours) -> Draw<()>,
 ) -> io::Result<()> {
+    let colours = Colours::of(results.iter().map(|r| r.borrow()));
     let cols = results.len().min(3);
     let rows = results.len().div_ceil(cols);
     let size = (PANEL.0 * cols as u32, HEADER + PANEL.1 * rows as u32);
@@ -80,7 +81,7 @@ fn grid<R: std::borrow::Borrow<CaseResult>>(
             grey,
         ))?;
         for (area, r) in body.split_evenly((rows, cols)).iter().zip(results) {
-            panel(area, r.borrow())?;
+            panel(area, r.borrow(), &colours)?;
         }
         root.present()?;
         Ok(())
@@ -88,7 +89,7 @@ fn grid<R: std::borrow::Borrow<CaseResult>>(
     draw().map_err(|e| io::Error::other(format!("chart {}: {e}", path.display())))
 }
 
-/// Arm colours: grey for the baseline, then well-separated hues.
+/// Well-separated hues, grey first (the baseline, usually the kernel).
 const COLOURS: [RGBColor; 7] = [
     RGBColor(90, 90, 90),
     RGBColor(31, 119, 180),
@@ -99,19 +100,34 @@ const COLOURS: [RGBColor; 7] = [
     RGBColor(23, 190, 207),
 ];
 
-/// The colour of arm `i`.
-fn colour(i: usize) -> RGBColor {
-    COLOURS[i % COLOURS.len()]
+/// One colour per transport name across every panel of a chart, in order of first appearance.
+struct Colours(Vec<String>);
+
+impl Colours {
+    fn of<'a>(results: impl Iterator<Item = &'a CaseResult>) -> Colours {
+        let mut names: Vec<String> = Vec::new();
+        for arm in results.flat_map(|r| &r.arms) {
+            if !names.contains(&arm.name) {
+                names.push(arm.name.clone());
+            }
+        }
+        Colours(names)
+    }
+
+    fn get(&self, arm: &ArmStats) -> RGBColor {
+        let i = self.0.iter().position(|n| *n == arm.name).unwrap_or(0);
+        COLOURS[i % COLOURS.len()]
+    }
 }
 
 /// The primary metric of every arm: a point at the median, a whisker for its interval, and the
 /// ratio with its interval above it.
-fn medians_panel(area: &Area, r: &CaseResult) -> Draw<()> {
+fn medians_panel(area: &Area, r: &CaseResult, colours: &Colours) -> Draw<()> {
     let col = r.case.columns[0];
     let arms: Vec<Whisker> = r
         .arms
         .iter()
-        .filter_map(|a| Whisker::of(a, col.metric, col.scale))
+        .filter_map(|a| Whisker::of(a, col.metric, col.scale, colours))
         .collect();
     let top = arms.iter().map(|a| a.hi).fold(0.0, f64::max);
     let top = if top > 0.0 { top * 1.3 } else { 1.0 };
@@ -139,7 +155,7 @@ fn medians_panel(area: &Area, r: &CaseResult) -> Draw<()> {
         .draw()?;
     for (i, w) in arms.iter().enumerate() {
         let x = SegmentValue::CenterOf(i);
-        let style = colour(i).stroke_width(2);
+        let style = w.colour.stroke_width(2);
         chart.draw_series(std::iter::once(ErrorBar::new_vertical(
             x.clone(),
             w.lo,
@@ -163,6 +179,7 @@ fn medians_panel(area: &Area, r: &CaseResult) -> Draw<()> {
 /// One arm's primary metric, scaled to the column's unit.
 struct Whisker {
     label: String,
+    colour: RGBColor,
     median: f64,
     lo: f64,
     hi: f64,
@@ -170,10 +187,11 @@ struct Whisker {
 }
 
 impl Whisker {
-    fn of(arm: &ArmStats, metric: &str, scale: f64) -> Option<Whisker> {
+    fn of(arm: &ArmStats, metric: &str, scale: f64, colours: &Colours) -> Option<Whisker> {
         let m = arm.metric(metric)?;
         Some(Whisker {
             label: arm.label.clone(),
+            colour: colours.get(arm),
             median: m.ci.median / scale,
             lo: m.ci.lo / scale,
             hi: m.ci.hi / scale,
@@ -198,22 +216,13 @@ fn ratio_text(i: usize, ratio: Option<&RatioCi>) -> (String, String) {
 }
 
 /// The latency distribution of every arm (all runs merged) as a CDF, x in µs on a log axis.
-fn cdf_panel(area: &Area, r: &CaseResult) -> Draw<()> {
-    // (arm index, label, points): the colour follows the arm, as in the medians chart.
-    type Curve<'a> = (usize, &'a str, Vec<(f64, f64)>);
-    let lines: Vec<Curve> = r
+fn cdf_panel(area: &Area, r: &CaseResult, colours: &Colours) -> Draw<()> {
+    let lines: Vec<(&ArmStats, Vec<(f64, f64)>)> = r
         .arms
         .iter()
-        .enumerate()
-        .filter_map(|(i, a)| {
-            Some((
-                i,
-                a.label.as_str(),
-                a.latency.as_ref()?.cdf_points(CDF_POINTS),
-            ))
-        })
+        .filter_map(|a| Some((a, a.latency.as_ref()?.cdf_points(CDF_POINTS))))
         .collect();
-    let xs = lines.iter().flat_map(|l| l.2.iter().map(|p| p.0));
+    let xs = lines.iter().flat_map(|l| l.1.iter().map(|p| p.0));
     let lo = xs.clone().fold(f64::INFINITY, f64::min).max(1.0) / 1e3;
     let hi = xs.fold(0.0, f64::max).max(2.0) / 1e3;
     let mut chart = ChartBuilder::on(area)
@@ -227,14 +236,14 @@ fn cdf_panel(area: &Area, r: &CaseResult) -> Draw<()> {
         .x_desc("µs (log scale)")
         .y_desc("fraction ≤ x")
         .draw()?;
-    for (i, label, points) in lines {
-        let c = colour(i);
+    for (arm, points) in lines {
+        let c = colours.get(arm);
         chart
             .draw_series(LineSeries::new(
                 points.into_iter().map(|(ns, q)| (ns / 1e3, q)),
                 c.stroke_width(2),
             ))?
-            .label(label)
+            .label(arm.label.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
     }
     chart
@@ -244,4 +253,74 @@ fn cdf_panel(area: &Area, r: &CaseResult) -> Draw<()> {
         .border_style(BLACK.mix(0.3))
         .draw()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::{Histogram, Record};
+    use crate::harness::report::{samples_of, ArmStats};
+    use crate::harness::{Arm, Case, Column, Run};
+    use std::time::Duration;
+
+    fn runs(mbps: &[f64], lat_ns: u64) -> Vec<Run> {
+        mbps.iter()
+            .map(|&v| {
+                let mut record = Record::new("t", "x");
+                record.metric("mbps", v);
+                let mut latency = Histogram::default();
+                for k in 1..100 {
+                    latency.record(Duration::from_nanos(lat_ns * k));
+                }
+                Run {
+                    record,
+                    latency: Some(latency),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn charts_show_every_arm_its_ratio_and_the_reproduction_line() {
+        let mbps = [100.0, 104.0, 98.0, 101.0, 99.0, 102.0];
+        let base = runs(&mbps, 1000);
+        let fast = runs(&mbps.map(|x| 3.0 * x), 300);
+        let b = samples_of(&base);
+        let case = Case {
+            bench: "t",
+            title: "bw test".into(),
+            arms: vec![Arm::new("kernel"), Arm::new("pagepipe")],
+            columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
+        };
+        let result = CaseResult::new(
+            &case,
+            vec![
+                ArmStats::new("kernel", "kernel", &base, None),
+                ArmStats::new("pagepipe", "pagepipe", &fast, Some(&b)),
+            ],
+            String::new(),
+        );
+        let dir = std::env::temp_dir().join(format!("pagepipe-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let meta = Meta::collect();
+        let written = write(&dir, "t", "a heading", &meta, &[result]).unwrap();
+        assert_eq!(written.len(), 2);
+        let svg = std::fs::read_to_string(&written[0]).unwrap();
+        for needle in [
+            "a heading",
+            "kernel",
+            "pagepipe",
+            "baseline",
+            "3.00x",
+            &meta.commit,
+        ] {
+            assert!(svg.contains(needle), "{needle} missing from the chart");
+        }
+        let cdf = std::fs::read_to_string(&written[1]).unwrap();
+        assert!(
+            cdf.contains("latency CDF") && cdf.contains("<polyline"),
+            "no CDF lines"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
