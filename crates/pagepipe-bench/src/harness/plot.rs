@@ -259,8 +259,8 @@ fn cdf_panel(area: &Area, r: &CaseResult, colours: &Colours) -> Draw<()> {
 mod tests {
     use super::*;
     use crate::common::{Histogram, Record};
-    use crate::harness::report::{samples_of, ArmStats};
-    use crate::harness::{Arm, Case, Column, Run};
+    use crate::harness::report::two_arm_fixture;
+    use crate::harness::Run;
     use std::time::Duration;
 
     fn runs(mbps: &[f64], lat_ns: u64) -> Vec<Run> {
@@ -285,21 +285,7 @@ mod tests {
         let mbps = [100.0, 104.0, 98.0, 101.0, 99.0, 102.0];
         let base = runs(&mbps, 1000);
         let fast = runs(&mbps.map(|x| 3.0 * x), 300);
-        let b = samples_of(&base);
-        let case = Case {
-            bench: "t",
-            title: "bw test".into(),
-            arms: vec![Arm::new("kernel"), Arm::new("pagepipe")],
-            columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
-        };
-        let result = CaseResult::new(
-            &case,
-            vec![
-                ArmStats::new("kernel", "kernel", &base, None),
-                ArmStats::new("pagepipe", "pagepipe", &fast, Some(&b)),
-            ],
-            String::new(),
-        );
+        let result = two_arm_fixture(&base, &fast);
         let dir = std::env::temp_dir().join(format!("pagepipe-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let meta = Meta::collect();

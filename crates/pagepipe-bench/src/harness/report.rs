@@ -172,6 +172,23 @@ impl CaseResult {
     }
 }
 
+/// A finished two-arm case (`kernel`, `pagepipe`) on the metric `mbps`, for tests.
+#[cfg(test)]
+pub fn two_arm_fixture(base: &[Run], other: &[Run]) -> CaseResult {
+    let case = Case {
+        bench: "t",
+        title: "bw test".into(),
+        arms: vec![super::Arm::new("kernel"), super::Arm::new("pagepipe")],
+        columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
+    };
+    let b = samples_of(base);
+    let arms = vec![
+        ArmStats::new("kernel", "kernel", base, None),
+        ArmStats::new("pagepipe", "pagepipe", other, Some(&b)),
+    ];
+    CaseResult::new(&case, arms, String::new())
+}
+
 /// `median [lo, hi]` in the column's unit.
 fn fmt_median(ci: &MedianCi, col: &Column) -> String {
     let (d, s) = (col.decimals, col.scale);
@@ -309,7 +326,6 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
 mod tests {
     use super::*;
     use crate::common::Record;
-    use crate::harness::Arm;
 
     fn runs(values: &[f64], faults: f64) -> Vec<Run> {
         values
@@ -343,17 +359,7 @@ mod tests {
         assert!(m.get("ratio_minor_faults").is_none());
         assert_eq!(v["samples"]["mbps"].as_array().unwrap().len(), 6);
         assert!(v["meta"]["kernel"].is_string());
-        let case = Case {
-            bench: "t",
-            title: "t".into(),
-            arms: vec![Arm::new("kernel"), Arm::new("pagepipe")],
-            columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
-        };
-        let result = CaseResult::new(
-            &case,
-            vec![ArmStats::new("kernel", "kernel", &base, None), arm],
-            String::new(),
-        );
+        let result = two_arm_fixture(&base, &fast);
         let rendered = rows(&[result]);
         assert_eq!(rendered[0][4], "baseline");
         assert!(rendered[1][4].starts_with("2.00x ["), "{:?}", rendered[1]);
