@@ -28,8 +28,12 @@ fn main() {
     let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) else {
         return;
     };
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    // Dirty means the code differs from the commit: this crate, the library or the workspace
+    // manifests (an edited README does not change what the binary measures).
+    let code = [".", "../pagepipe", "../../Cargo.toml", "../../Cargo.lock"];
+    let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+    status.extend(code);
+    let dirty = git(&status).is_some_and(|s| !s.is_empty());
     let suffix = if dirty { "+dirty" } else { "" };
     println!("cargo:rustc-env=PAGEPIPE_BENCH_COMMIT={commit}{suffix}");
 }
