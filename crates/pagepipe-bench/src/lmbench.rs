@@ -60,11 +60,7 @@ pub fn bw_once(
         let buf = vec![0x5au8; size];
         while !stop2.load(Ordering::Relaxed) {
             if let Err(e) = w.write_all(&buf) {
-                return if e.kind() == io::ErrorKind::BrokenPipe {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
+                return if reader_hung_up(&e) { Ok(()) } else { Err(e) };
             }
         }
         Ok(())
@@ -81,7 +77,7 @@ pub fn bw_once(
     }
     let (usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
-    drop(r); // the writer gets BrokenPipe if it is blocked
+    drop(r); // the writer gets BrokenPipe (or ConnectionReset) if it is blocked
     writer.join().expect("writer thread panicked")?;
     let mut rec = Record::new("bw", t.name())
         .config("size", size)
@@ -93,6 +89,15 @@ pub fn bw_once(
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
     Ok(rec)
+}
+
+/// The reader closed its end: EPIPE, or ECONNRESET from an AF_UNIX socket closed with unread
+/// data in its queue (`unix_release_sock`).
+fn reader_hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    )
 }
 
 /// One lat run: 1-byte ping-pong between this thread and an echo thread over two channels.
@@ -219,4 +224,34 @@ pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
         lat_once(a.transport[i], d)
     })?;
     harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_socket_closed_under_a_blocked_writer_counts_as_a_hang_up() {
+        // The writer fills the socket and blocks; closing the reader with unread data queued
+        // wakes it with EPIPE here, and sometimes with ECONNRESET (the close sets the writer's
+        // sk_err; seen once in a quick suite run, which then died): both are a hang-up.
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || loop {
+            if let Err(e) = a.write_all(&[0u8; 65536]) {
+                return e;
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(b);
+        let e = writer.join().unwrap();
+        assert!(reader_hung_up(&e), "{e}");
+        assert!(reader_hung_up(&io::Error::from(
+            io::ErrorKind::ConnectionReset
+        )));
+        assert!(!reader_hung_up(&io::Error::from(
+            io::ErrorKind::InvalidInput
+        )));
+    }
 }
