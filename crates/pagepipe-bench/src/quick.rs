@@ -10,8 +10,8 @@ use std::io;
 use std::time::Duration;
 
 /// Runs per transport unless `--runs` says otherwise: the fewest that give a 95% interval,
-/// so the suite fits in about 90 s. It resolves differences of 10% and more; use the
-/// subcommands (12 runs) for finer ones.
+/// so the suite fits in about 90 s. It finds a 10% difference with 82% power (`stats`' tests);
+/// use the subcommands (12 runs) for finer ones.
 const RUNS: usize = 6;
 
 /// How long a blocked reader waits in the idle case.
