@@ -8,7 +8,7 @@
 //! hold afterwards (`cache_left_pct`, cachestat(2) or mincore(2)).
 
 use crate::common::{Histogram, MemoryHog, Record, Usage};
-use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, MIN_RUNS};
 use pagepipe::dontcache::{self, Mode, Writer};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -547,10 +547,6 @@ fn bench_dir(arg: Option<&Path>) -> io::Result<BenchDir> {
     Ok(BenchDir(dir))
 }
 
-/// Runs per workload and mode unless `--runs` says otherwise: the fewest that give a 95%
-/// interval (each run writes `--size` bytes).
-const DEFAULT_RUNS: usize = 6;
-
 /// The table rows of a dontcache case.
 const COLUMNS: [Column; 6] = [
     Column::new("mbps", "MB/s incl fsync", 1.0, 0),
@@ -576,7 +572,8 @@ pub fn run(args: &Args, opts: &RunArgs) -> io::Result<()> {
     let dir = bench_dir(args.dir.as_deref())?;
     let _hog = MemoryHog::start(args.memory_pressure)?;
     let buf = AlignedBuf::new(1 << 20);
-    let mut harness = Harness::new(opts, "dontcache", DEFAULT_RUNS)?;
+    // Each run writes --size bytes per workload and mode: the fewest runs with a 95% interval.
+    let mut harness = Harness::new(opts, "dontcache", MIN_RUNS)?;
     for &w in &args.workloads {
         let case = Case {
             bench: "dontcache",

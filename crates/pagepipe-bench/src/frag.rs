@@ -8,7 +8,7 @@
 //! `--baseline`).
 
 use crate::common::{Record, Usage};
-use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
 use bytes::{Bytes, BytesMut};
 use pagepipe::{Frag, FragCache};
 use std::alloc::{GlobalAlloc, Layout};
@@ -97,7 +97,7 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
     .into_iter()
     .flatten()
     .collect();
-    let mut harness = Harness::new(opts, "frag", crate::pipe_bench::DEFAULT_RUNS)?;
+    let mut harness = Harness::new(opts, "frag", RECOMMENDED_RUNS)?;
     // Warm-up, not timed: first-touch page faults, thread start-up, allocator arenas.
     for t in TRANSPORTS {
         if cross {

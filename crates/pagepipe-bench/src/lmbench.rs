@@ -2,9 +2,8 @@
 //! lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side by side.
 
 use crate::common::{Histogram, Record, Usage};
-use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs};
-use crate::pipe_bench::{parse_pool, DEFAULT_RUNS};
-use crate::transport::{self, PipeConfig, Transport};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
+use crate::transport::{self, parse_pool, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -202,7 +201,7 @@ pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
         slot_size: a.slot_size,
     };
     let d = Duration::from_secs_f64(a.duration);
-    let mut harness = Harness::new(opts, "bw", DEFAULT_RUNS)?;
+    let mut harness = Harness::new(opts, "bw", RECOMMENDED_RUNS)?;
     let title = format!("bw {} KiB", a.size / 1024);
     harness.run(bw_case(&a.transport, &title), |i| {
         bw_once(a.transport[i], &cfg, a.size, d).map(Run::from)
@@ -219,7 +218,7 @@ pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
 /// A transport cannot be opened or fails mid-run.
 pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
-    let mut harness = Harness::new(opts, "lat", DEFAULT_RUNS)?;
+    let mut harness = Harness::new(opts, "lat", RECOMMENDED_RUNS)?;
     harness.run(lat_case(&a.transport, "lat 1 B"), |i| {
         lat_once(a.transport[i], d)
     })?;

@@ -5,8 +5,8 @@
 //! writes/s, MB/s, per-write latency and the page faults and CPU the run cost.
 
 use crate::common::{Histogram, MemoryHog, Record, Usage};
-use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs};
-use crate::transport::{self, PipeConfig, Transport};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
+use crate::transport::{self, parse_pool, pool_name, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,43 +42,6 @@ pub struct Args {
     /// Run beside a memory hog (stress-ng --vm 2 --vm-bytes 80%), as pipe_bench does.
     #[arg(long)]
     pub memory_pressure: bool,
-}
-
-/// Runs per transport unless `--runs` says otherwise: the count that finds a 5% difference with
-/// 80% power on this machine's run-time distribution (see `stats`' tests).
-pub const DEFAULT_RUNS: usize = 12;
-
-/// Parses a pool policy: `adaptive[:keep]`, `unified[:keep:burst]`, `tmppage`, `none`.
-pub fn parse_pool(s: &str) -> Result<PoolPolicy, String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let num = |i: usize, default: usize| -> Result<usize, String> {
-        parts.get(i).map_or(Ok(default), |p| {
-            p.parse()
-                .map_err(|e| format!("bad number {p:?} in pool {s:?}: {e}"))
-        })
-    };
-    match parts[0] {
-        "adaptive" => Ok(PoolPolicy::Adaptive { keep: num(1, 2)? }),
-        "unified" => Ok(PoolPolicy::Unified {
-            keep: num(1, 2)?,
-            burst: num(2, 8)?,
-        }),
-        "tmppage" => Ok(PoolPolicy::TmpPage),
-        "none" => Ok(PoolPolicy::None),
-        other => Err(format!(
-            "unknown pool policy {other:?} (adaptive, unified, tmppage, none)"
-        )),
-    }
-}
-
-/// The name of a pool policy as `--pool` takes it.
-pub fn pool_name(p: PoolPolicy) -> String {
-    match p {
-        PoolPolicy::Adaptive { keep } => format!("adaptive:{keep}"),
-        PoolPolicy::Unified { keep, burst } => format!("unified:{keep}:{burst}"),
-        PoolPolicy::TmpPage => "tmppage".into(),
-        PoolPolicy::None => "none".into(),
-    }
 }
 
 /// One variant measured: a transport, and for pagepipe a pool policy.
@@ -255,7 +218,7 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
         slot_size: a.slot_size,
     };
     let _hog = MemoryHog::start(a.memory_pressure)?;
-    let mut harness = Harness::new(opts, "pipe", DEFAULT_RUNS)?;
+    let mut harness = Harness::new(opts, "pipe", RECOMMENDED_RUNS)?;
     for (writers, readers) in configs {
         let wl = Workload {
             writers,

@@ -1,18 +1,13 @@
 //! The quick suite (no subcommand): every benchmark briefly, every transport side by side, in
 //! about 90 s on this 2-core machine, as one table with the ratios to the kernel.
 
-use crate::harness::{Case, Column, Harness, Run, RunArgs};
+use crate::harness::{Case, Column, Harness, Run, RunArgs, MIN_RUNS};
 use crate::lmbench::{arms, bw_case, bw_once, idle_once, lat_case, lat_once};
 use crate::pipe_bench::{self, variants, Workload};
 use crate::transport::{PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::time::Duration;
-
-/// Runs per transport unless `--runs` says otherwise: the fewest that give a 95% interval,
-/// so the suite fits in about 90 s. It finds a 10% difference with 82% power (`stats`' tests);
-/// use the subcommands (12 runs) for finer ones.
-const RUNS: usize = 6;
 
 /// How long a blocked reader waits in the idle case.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
@@ -25,7 +20,9 @@ pub fn run(opts: &RunArgs) -> io::Result<()> {
     let kp = [Transport::Kernel, Transport::Pagepipe];
     let all = [Transport::Kernel, Transport::Unix, Transport::Pagepipe];
     let second = Duration::from_secs(1);
-    let mut harness = Harness::new(opts, "quick", RUNS)?;
+    // The fewest runs with a 95% interval, so the suite fits in about 90 s. It finds a 10%
+    // difference with 82% power (`stats`' tests); the subcommands' 12 runs find 5%.
+    let mut harness = Harness::new(opts, "quick", MIN_RUNS)?;
     let vs = variants(&kp, &[PoolPolicy::default()]);
     for (w, r) in [(1, 1), (5, 5)] {
         let wl = Workload {

@@ -428,8 +428,8 @@ mod tests {
         hits as f64 / 1000.0
     }
 
-    /// The run count the README recommends for a comparison (`--runs 12`).
-    const RECOMMENDED_RUNS: usize = 12;
+    /// The run count the README recommends and the benchmarks default to.
+    const RECOMMENDED_RUNS: usize = crate::harness::RECOMMENDED_RUNS;
 
     #[test]
     fn aa_comparisons_call_3_to_7_percent_different() {

@@ -26,14 +26,17 @@ use std::time::{Duration, Instant};
 pub enum Runs {
     /// Exactly this many runs of every arm.
     Fixed(usize),
-    /// At least [`AUTO_MIN_RUNS`], then one more round at a time until every ratio's interval
+    /// At least [`MIN_RUNS`], then one more round at a time until every ratio's interval
     /// is within ±5% of the ratio or `--budget` runs out.
     Auto,
 }
 
-/// Runs before `--runs auto` first looks at the intervals (the signed-rank interval reaches
-/// 95% from 6 paired runs).
-pub const AUTO_MIN_RUNS: usize = 6;
+/// The fewest runs with a 95% interval (the median's and the paired ratio's both reach 95%
+/// from 6 runs): the default where runs are long, and where `--runs auto` starts looking.
+pub const MIN_RUNS: usize = 6;
+/// The runs a comparison needs to find a 5% difference with 80% power on this machine's
+/// run-time distribution (simulated in `stats`' tests): the default of a benchmark.
+pub const RECOMMENDED_RUNS: usize = 12;
 /// `--runs auto` stops here whatever the budget says.
 const AUTO_MAX_RUNS: usize = 1000;
 /// `--runs auto`'s target: every ratio interval within this fraction of its ratio.
@@ -68,7 +71,7 @@ pub struct RunArgs {
     pub json: bool,
     /// Runs per transport and configuration, alternating: a number, or `auto` (repeat until
     /// every ratio's 95% interval is within ±5% of it, or --budget runs out). Default: 12 for
-    /// comparisons (pipe, bw, lat, frag), 6 in the quick suite, 3 for dontcache.
+    /// comparisons (pipe, bw, lat, frag), 6 in the quick suite and for dontcache.
     #[arg(long, global = true, value_parser = parse_runs)]
     pub runs: Option<Runs>,
     /// With `--runs auto`: seconds each configuration may take before it stops anyway.
@@ -349,7 +352,7 @@ impl Harness {
     ) -> Option<String> {
         match self.runs {
             Runs::Fixed(n) => (rounds >= n).then(String::new),
-            Runs::Auto if rounds < AUTO_MIN_RUNS => None,
+            Runs::Auto if rounds < MIN_RUNS => None,
             Runs::Auto => {
                 let widest = widest_interval(case, slots);
                 let why = if widest <= AUTO_TARGET {
@@ -512,7 +515,7 @@ mod tests {
             Ok(r.into())
         })
         .unwrap();
-        assert_eq!(h.results[0].arms[0].runs, AUTO_MIN_RUNS);
+        assert_eq!(h.results[0].arms[0].runs, MIN_RUNS);
         assert!(h.notes[0].contains("within ±5%"), "{:?}", h.notes);
     }
 
