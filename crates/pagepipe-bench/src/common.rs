@@ -1,22 +1,24 @@
-//! What every benchmark shares: result records and JSON lines, repeated-run statistics,
-//! resource usage, progress bars and tables.
+//! What every workload uses to measure: the record of one run, resource usage, latency
+//! histograms and the memory hog. (Repetition, statistics and output live in `harness`.)
 
-use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Map, Value};
-use std::io::IsTerminal;
+use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// One measurement of one transport in one configuration.
 #[derive(Clone, Debug)]
 pub struct Record {
+    /// The benchmark (`pipe`, `bw`, ...): the case's, checked by the harness.
     pub bench: &'static str,
+    /// The transport; the harness sets it to the arm's name.
     pub transport: String,
+    /// How the run was set up (writers, sizes, pool, ...): the JSON `config`.
     pub config: Map<String, Value>,
     /// Metric name (with its unit, e.g. `mbps`, `lat_p99_ns`) to value.
     pub metrics: Vec<(String, f64)>,
 }
 
 impl Record {
+    /// An empty record.
     pub fn new(bench: &'static str, transport: impl Into<String>) -> Record {
         Record {
             bench,
@@ -26,11 +28,13 @@ impl Record {
         }
     }
 
+    /// Adds a configuration entry.
     pub fn config(mut self, key: &str, value: impl Into<Value>) -> Record {
         self.config.insert(key.to_string(), value.into());
         self
     }
 
+    /// Sets a metric (named with its unit), replacing an earlier value of the same name.
     pub fn metric(&mut self, key: &str, value: f64) {
         match self.metrics.iter_mut().find(|(k, _)| k == key) {
             Some((_, v)) => *v = value,
@@ -38,104 +42,23 @@ impl Record {
         }
     }
 
+    /// A metric's value.
     pub fn get(&self, key: &str) -> Option<f64> {
         self.metrics.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
-
-    /// The DESIGN.md §4 JSON line: `{"bench", "transport", "config", "metrics"}`.
-    pub fn to_json(&self) -> Value {
-        let metrics: Map<String, Value> = self
-            .metrics
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
-        json!({"bench": self.bench, "transport": self.transport, "config": self.config, "metrics": metrics})
-    }
-}
-
-/// Prints a record as one JSON line (with `--json`).
-pub fn print_json(rec: &Record) {
-    println!("{}", rec.to_json());
-}
-
-/// Median and a 95% confidence interval of the mean of repeated runs (Student's t).
-#[derive(Clone, Copy, Debug)]
-pub struct Summary {
-    pub median: f64,
-    pub mean: f64,
-    pub lo: f64,
-    pub hi: f64,
-    pub n: usize,
-}
-
-impl Summary {
-    pub fn of(samples: &[f64]) -> Summary {
-        assert!(!samples.is_empty(), "no samples to summarise");
-        let mut s = samples.to_vec();
-        s.sort_by(|a, b| a.total_cmp(b));
-        let n = s.len();
-        let median = if n % 2 == 1 {
-            s[n / 2]
-        } else {
-            (s[n / 2 - 1] + s[n / 2]) / 2.0
-        };
-        let mean = s.iter().sum::<f64>() / n as f64;
-        if n < 2 {
-            return Summary {
-                median,
-                mean,
-                lo: mean,
-                hi: mean,
-                n,
-            };
-        }
-        let var = s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        let half = t95(n - 1) * (var / n as f64).sqrt();
-        Summary {
-            median,
-            mean,
-            lo: mean - half,
-            hi: mean + half,
-            n,
-        }
-    }
-
-    /// The same summary in other units: every value divided by `divisor`.
-    pub fn scaled(&self, divisor: f64) -> Summary {
-        Summary {
-            median: self.median / divisor,
-            mean: self.mean / divisor,
-            lo: self.lo / divisor,
-            hi: self.hi / divisor,
-            n: self.n,
-        }
-    }
-
-    /// True when the two 95% intervals do not overlap: the difference stands out of the noise.
-    /// (Conservative: non-overlap of two 95% intervals implies p < 0.05 and more.)
-    pub fn distinct_from(&self, other: &Summary) -> bool {
-        self.n > 1 && other.n > 1 && (self.lo > other.hi || other.lo > self.hi)
-    }
-}
-
-/// Two-sided 95% quantile of Student's t with `df` degrees of freedom.
-fn t95(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
-    ];
-    T.get(df.saturating_sub(1)).copied().unwrap_or(1.96)
 }
 
 /// Process-wide resource usage (`getrusage(RUSAGE_SELF)`): minor faults and user+system CPU.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
+    /// Minor page faults.
     pub minor_faults: u64,
+    /// User plus system CPU seconds.
     pub cpu_s: f64,
 }
 
 impl Usage {
+    /// The whole process's usage so far.
     pub fn now() -> Usage {
         usage(libc::RUSAGE_SELF)
     }
@@ -145,6 +68,7 @@ impl Usage {
         usage(libc::RUSAGE_THREAD)
     }
 
+    /// The usage between `earlier` and this.
     pub fn since(self, earlier: Usage) -> Usage {
         Usage {
             minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
@@ -165,152 +89,83 @@ fn usage(who: libc::c_int) -> Usage {
     }
 }
 
-/// A progress bar on a terminal; hidden when stderr is piped (or with `--json`).
-pub fn progress(total: u64, what: &str, quiet: bool) -> ProgressBar {
-    if quiet || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:30} [{bar:30}] {pos}/{len} {elapsed_precise} (eta {eta})",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
-}
+/// Largest latency a histogram holds (longer ones count as this): 100 s.
+const HIST_MAX_NS: u64 = 100_000_000_000;
 
-/// Latency histogram with fixed log-linear buckets (16 sub-buckets per power of two, so
-/// quantiles are within ~6%); cheap enough to record every write.
+/// A latency histogram (`hdrhistogram`, 3 significant digits: quantiles within 0.1%), cheap
+/// enough to record every write.
 #[derive(Clone)]
-pub struct Histogram {
-    counts: Vec<u64>,
-    total: u64,
-    sum: u128,
-    max: u64,
-}
+pub struct Histogram(hdrhistogram::Histogram<u64>);
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            counts: vec![0; 64 * 16],
-            total: 0,
-            sum: 0,
-            max: 0,
-        }
+        Histogram(
+            hdrhistogram::Histogram::new_with_bounds(1, HIST_MAX_NS, 3)
+                .expect("1 ns .. 100 s at 3 digits is a valid histogram"),
+        )
     }
 }
 
 impl Histogram {
-    fn bucket(ns: u64) -> usize {
-        if ns < 16 {
-            return ns as usize;
-        }
-        let log = 63 - ns.leading_zeros() as usize; // >= 4
-        let sub = ((ns >> (log - 4)) & 15) as usize;
-        (log - 3) * 16 + sub
-    }
-
-    fn bucket_low(b: usize) -> u64 {
-        if b < 16 {
-            return b as u64;
-        }
-        let log = b / 16 + 3;
-        let sub = (b % 16) as u64;
-        (16 + sub) << (log - 4)
-    }
-
+    /// Counts one latency.
     pub fn record(&mut self, d: Duration) {
-        let ns = d.as_nanos().min(u64::MAX as u128) as u64;
-        self.counts[Self::bucket(ns)] += 1;
-        self.total += 1;
-        self.sum += ns as u128;
-        self.max = self.max.max(ns);
+        let ns = d.as_nanos().min(u128::from(HIST_MAX_NS)) as u64;
+        self.0.saturating_record(ns);
     }
 
+    /// Adds every count of `other`.
     pub fn merge(&mut self, other: &Histogram) {
-        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
-        }
-        self.total += other.total;
-        self.sum += other.sum;
-        self.max = self.max.max(other.max);
+        self.0
+            .add(&other.0)
+            .expect("histograms with the same bounds always add");
     }
 
+    /// Latencies recorded.
     pub fn count(&self) -> u64 {
-        self.total
+        self.0.len()
     }
 
+    /// Mean in ns (0 when empty).
     pub fn mean_ns(&self) -> f64 {
-        if self.total == 0 {
-            0.0
-        } else {
-            self.sum as f64 / self.total as f64
-        }
+        self.0.mean()
     }
 
+    /// Largest in ns (0 when empty).
     pub fn max_ns(&self) -> f64 {
-        self.max as f64
+        self.0.max() as f64
     }
 
-    /// The `q` quantile (0..=1), as the lower bound of its bucket.
+    /// The `q` quantile (0..=1) in ns (0 when empty).
     pub fn quantile_ns(&self, q: f64) -> f64 {
-        if self.total == 0 {
-            return 0.0;
-        }
-        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
-        let mut seen = 0;
-        for (b, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return Self::bucket_low(b) as f64;
+        self.0.value_at_quantile(q) as f64
+    }
+
+    /// The distribution as at most about `max_points` (ns, fraction at or below) pairs, for a
+    /// CDF chart.
+    pub fn cdf_points(&self, max_points: usize) -> Vec<(f64, f64)> {
+        let all: Vec<(f64, f64)> = self
+            .0
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to() as f64, v.quantile_iterated_to()))
+            .collect();
+        let step = all.len().div_ceil(max_points.max(1)).max(1);
+        let mut points: Vec<(f64, f64)> = all.iter().step_by(step).copied().collect();
+        if let Some(&last) = all.last() {
+            if points.last() != Some(&last) {
+                points.push(last);
             }
         }
-        self.max as f64
+        points
     }
-}
 
-/// Prints rows as an aligned text table.
-pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&width)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("| {} |", parts.join(" | "));
-    };
-    line(header.to_vec());
-    println!(
-        "|{}|",
-        width
-            .iter()
-            .map(|w| "-".repeat(w + 2))
-            .collect::<Vec<_>>()
-            .join("|")
-    );
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
-}
-
-/// Formats a summary as `median [lo, hi]`.
-pub fn fmt_summary(s: &Summary, decimals: usize) -> String {
-    if s.n < 2 {
-        format!("{:.*}", decimals, s.median)
-    } else {
-        format!(
-            "{:.*} [{:.*}, {:.*}]",
-            decimals, s.median, decimals, s.lo, decimals, s.hi
-        )
+    /// Stores the standard latency metrics of this histogram in `rec`: `lat_avg_ns`,
+    /// `lat_p50_ns`, `lat_p99_ns`, `lat_p999_ns`, `lat_max_ns`.
+    pub fn put_metrics(&self, rec: &mut Record) {
+        rec.metric("lat_avg_ns", self.mean_ns());
+        rec.metric("lat_p50_ns", self.quantile_ns(0.50));
+        rec.metric("lat_p99_ns", self.quantile_ns(0.99));
+        rec.metric("lat_p999_ns", self.quantile_ns(0.999));
+        rec.metric("lat_max_ns", self.max_ns());
     }
 }
 
@@ -318,6 +173,10 @@ pub fn fmt_summary(s: &Summary, decimals: usize) -> String {
 pub struct MemoryHog(Option<std::process::Child>);
 
 impl MemoryHog {
+    /// Starts the hog if `enabled` (and waits 2 s for it to fill memory).
+    ///
+    /// # Errors
+    /// stress-ng is not installed (its `ErrorKind`, with how to install it).
     pub fn start(enabled: bool) -> std::io::Result<MemoryHog> {
         if !enabled {
             return Ok(MemoryHog(None));
@@ -362,20 +221,21 @@ mod tests {
             h.record(Duration::from_nanos(ns));
         }
         let p50 = h.quantile_ns(0.5);
-        assert!((4700.0..=5000.0).contains(&p50), "p50 {p50}");
-        let p99 = h.quantile_ns(0.99);
-        assert!((9300.0..=9900.0).contains(&p99), "p99 {p99}");
-        assert_eq!(h.max_ns(), 10_000.0);
-        assert!((h.mean_ns() - 5000.5).abs() < 1e-6);
-    }
-
-    #[test]
-    fn summary_interval_contains_mean() {
-        let s = Summary::of(&[10.0, 11.0, 9.0, 10.5, 9.5]);
-        assert_eq!(s.median, 10.0);
-        assert!(s.lo < 10.0 && s.hi > 10.0);
-        let t = Summary::of(&[20.0, 21.0, 19.0, 20.5, 19.5]);
-        assert!(s.distinct_from(&t));
-        assert!(!s.distinct_from(&s));
+        assert!((4990.0..=5010.0).contains(&p50), "p50 {p50}");
+        let p999 = h.quantile_ns(0.999);
+        assert!((9980.0..=10_000.0).contains(&p999), "p99.9 {p999}");
+        assert!((h.max_ns() - 10_000.0).abs() <= 10.0);
+        assert!((h.mean_ns() - 5000.5).abs() < 5.0);
+        let mut other = Histogram::default();
+        other.record(Duration::from_secs(1000)); // beyond the bound: counted as 100 s
+        h.merge(&other);
+        assert_eq!(h.count(), 10_001);
+        let cdf = h.cdf_points(100);
+        assert!(
+            cdf.len() <= 102 && cdf.last().unwrap().1 == 1.0,
+            "{}",
+            cdf.len()
+        );
+        assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
     }
 }

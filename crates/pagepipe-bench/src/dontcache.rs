@@ -7,9 +7,8 @@
 //! of /proc/meminfo above its value at the start (`peak_dirty_kib`), and the page cache the files
 //! hold afterwards (`cache_left_pct`, cachestat(2) or mincore(2)).
 
-use crate::common::{
-    fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage,
-};
+use crate::common::{Histogram, MemoryHog, Record, Usage};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, MIN_RUNS};
 use pagepipe::dontcache::{self, Mode, Writer};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -23,14 +22,12 @@ use std::time::{Duration, Instant};
 /// `RWF_DONTCACHE` from linux/fs.h (not in the libc crate yet).
 const RWF_DONTCACHE: libc::c_int = 0x80;
 
+/// Options of `pagepipe-bench dontcache`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Bytes written per workload, mode and run (suffix K, M or G), split among its writers.
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     size: u64,
-    /// Repetitions of every workload and mode (alternating); median and 95% CI are reported.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
     /// Directory for the test files (default: a temp dir on the first ext4 among $TMPDIR,
     /// /var/tmp, /work; else $TMPDIR). A subdirectory is created and removed.
     #[arg(long)]
@@ -363,7 +360,7 @@ fn run_once(
     workload: Workload,
     mode: WMode,
     buf: &AlignedBuf,
-) -> io::Result<Record> {
+) -> io::Result<Run> {
     let block = workload.block();
     // (mode, bytes) for each writer thread
     let jobs: Vec<(WMode, u64)> = match workload {
@@ -449,11 +446,7 @@ fn run_once(
         rec.metric("fairness", if max > 0.0 { min / max } else { 0.0 });
     }
     rec.metric("writes", hist.count() as f64);
-    rec.metric("lat_avg_ns", hist.mean_ns());
-    rec.metric("lat_p50_ns", hist.quantile_ns(0.5));
-    rec.metric("lat_p99_ns", hist.quantile_ns(0.99));
-    rec.metric("lat_p999_ns", hist.quantile_ns(0.999));
-    rec.metric("lat_max_ns", hist.max_ns());
+    hist.put_metrics(&mut rec);
     rec.metric("peak_dirty_kib", peak_dirty_kib as f64);
     rec.metric(
         "cache_left_pct",
@@ -481,7 +474,10 @@ fn run_once(
         rec.metric("writeback_waits", waits as f64);
         rec = rec.config("resolved_mode", format!("{:?}", first.mode));
     }
-    Ok(rec)
+    Ok(Run {
+        record: rec,
+        latency: Some(hist),
+    })
 }
 
 /// Page cache held by the files of the mode under test (all but the `competitor`'s file),
@@ -551,162 +547,60 @@ fn bench_dir(arg: Option<&Path>) -> io::Result<BenchDir> {
     Ok(BenchDir(dir))
 }
 
-pub fn run(args: &Args, json: bool) -> io::Result<()> {
-    if args.runs == 0 || args.writers == 0 || args.files == 0 {
+/// The table rows of a dontcache case.
+const COLUMNS: [Column; 6] = [
+    Column::new("mbps", "MB/s incl fsync", 1.0, 0),
+    Column::new("lat_p99_ns", "write p99 µs", 1e3, 0),
+    Column::new("lat_p999_ns", "write p99.9 µs", 1e3, 0),
+    Column::new("peak_dirty_kib", "peak dirty MiB", 1024.0, 0),
+    Column::new("cache_left_pct", "cache left %", 1.0, 1),
+    Column::new("competitor_mbps", "competitor MB/s", 1.0, 0),
+];
+
+/// `pagepipe-bench dontcache`: every workload, every mode, alternating.
+///
+/// # Errors
+/// `InvalidInput` for a bad option; a write or fsync that fails (a mode the filesystem does
+/// not support is skipped with a note instead).
+pub fn run(args: &Args, opts: &RunArgs) -> io::Result<()> {
+    if args.writers == 0 || args.files == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "--runs, --writers and --files must be at least 1",
+            "--writers and --files must be at least 1",
         ));
     }
     let dir = bench_dir(args.dir.as_deref())?;
     let _hog = MemoryHog::start(args.memory_pressure)?;
-    if !json {
-        println!(
-            "dontcache: {} MiB per workload and mode, {} run(s), window {} MiB, in {} (ext4: {})",
-            args.size >> 20,
-            args.runs,
-            args.window >> 20,
-            dir.0.display(),
-            is_ext4(&dir.0)
-        );
-    }
     let buf = AlignedBuf::new(1 << 20);
-    let total = (args.runs * args.workloads.len() * args.modes.len()) as u64;
-    let bar = progress(total, "dontcache", json);
-    // results[w][m] = one record per run
-    let mut results: Vec<Vec<Vec<Record>>> =
-        vec![vec![Vec::new(); args.modes.len()]; args.workloads.len()];
-    let mut skipped: Vec<(WMode, String)> = Vec::new();
-    for _ in 0..args.runs {
-        for (wi, &w) in args.workloads.iter().enumerate() {
-            for (mi, &m) in args.modes.iter().enumerate() {
-                if skipped.iter().any(|(s, _)| *s == m) {
-                    bar.inc(1);
-                    continue;
-                }
-                bar.set_message(format!("{} {}", w.name(), m.name()));
-                match run_once(args, &dir.0, w, m, &buf) {
-                    Ok(rec) => results[wi][mi].push(rec),
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput
-                        ) =>
-                    {
-                        skipped.push((m, e.to_string()))
-                    }
-                    Err(e) => {
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!("{} {}: {e}", w.name(), m.name()),
-                        ))
-                    }
-                }
-                bar.inc(1);
-            }
-        }
+    // Each run writes --size bytes per workload and mode: the fewest runs with a 95% interval.
+    let mut harness = Harness::new(opts, "dontcache", MIN_RUNS)?;
+    for &w in &args.workloads {
+        let case = Case {
+            bench: "dontcache",
+            title: w.name().to_string(),
+            arms: args.modes.iter().map(|m| Arm::new(m.name())).collect(),
+            columns: COLUMNS.to_vec(),
+        };
+        harness.run(case, |i| {
+            run_once(args, &dir.0, w, args.modes[i], &buf).map_err(unsupported_is_skipped)
+        })?;
     }
-    bar.finish_and_clear();
-    for (m, why) in &skipped {
-        eprintln!("dontcache: skipped {} on this filesystem: {why}", m.name());
-    }
-    report(args, &results, json);
-    Ok(())
+    harness.finish(&format!(
+        "dontcache: {} MiB per workload and mode, window {} MiB, in {} (ext4: {})",
+        args.size >> 20,
+        args.window >> 20,
+        dir.0.display(),
+        is_ext4(&dir.0)
+    ))
 }
 
-/// Median of one metric over runs.
-fn median(runs: &[Record], key: &str) -> Option<f64> {
-    let v: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).collect();
-    (!v.is_empty()).then(|| Summary::of(&v).median)
-}
-
-fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
-    let mut rows = Vec::new();
-    for (wi, w) in args.workloads.iter().enumerate() {
-        let base = args
-            .modes
-            .iter()
-            .position(|m| *m == WMode::Buffered)
-            .map(|bi| &results[wi][bi]);
-        let base_mbps = base.filter(|b| !b.is_empty()).map(|b| mbps_summary(b));
-        let base_p999 = base.and_then(|b| median(b, "lat_p999_ns"));
-        for (mi, m) in args.modes.iter().enumerate() {
-            let runs = &results[wi][mi];
-            if runs.is_empty() {
-                continue;
-            }
-            let mbps = mbps_summary(runs);
-            let mut rec = runs[0].clone();
-            for (key, _) in runs[0].metrics.clone() {
-                if let Some(v) = median(runs, &key) {
-                    rec.metric(&key, v);
-                }
-            }
-            rec.metric("mbps", mbps.median);
-            rec.metric("mbps_mean", mbps.mean);
-            rec.metric("mbps_ci95_lo", mbps.lo);
-            rec.metric("mbps_ci95_hi", mbps.hi);
-            rec.metric("runs", runs.len() as f64);
-            let mut vs = String::from("-");
-            if let Some(b) = &base_mbps {
-                let ratio = mbps.median / b.median;
-                rec.metric("mbps_vs_buffered", ratio);
-                let noise = if mbps.distinct_from(b) {
-                    ""
-                } else {
-                    " (noise)"
-                };
-                vs = format!("{ratio:.2}x{noise}");
-            }
-            let p999 = rec.get("lat_p999_ns").unwrap_or(0.0);
-            if let Some(b) = base_p999.filter(|b| *b > 0.0) {
-                rec.metric("p999_vs_buffered", p999 / b);
-            }
-            if json {
-                print_json(&rec);
-                continue;
-            }
-            let us = |k: &str| format!("{:.0}", rec.get(k).unwrap_or(0.0) / 1e3);
-            rows.push(vec![
-                w.name().to_string(),
-                m.name().to_string(),
-                fmt_summary(&mbps, 0),
-                vs,
-                us("lat_p50_ns"),
-                us("lat_p99_ns"),
-                us("lat_p999_ns"),
-                format!("{:.0}", rec.get("peak_dirty_kib").unwrap_or(0.0) / 1024.0),
-                format!("{:.1}", rec.get("cache_left_pct").unwrap_or(0.0)),
-                rec.get("fairness")
-                    .map_or("-".into(), |f| format!("{f:.2}")),
-                rec.get("competitor_mbps")
-                    .map_or("-".into(), |c| format!("{c:.0}")),
-            ]);
-        }
+/// A mode this filesystem cannot do fails with `Unsupported` or `InvalidInput` (`O_DIRECT`'s
+/// `EINVAL`); both become `Unsupported`, which the harness reports as a skipped mode.
+fn unsupported_is_skipped(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::InvalidInput => io::Error::new(io::ErrorKind::Unsupported, e),
+        _ => e,
     }
-    if !json {
-        print_table(
-            &[
-                "workload",
-                "transport",
-                "MB/s incl fsync [95% CI]",
-                "vs buffered",
-                "p50 us",
-                "p99 us",
-                "p99.9 us",
-                "peak dirty MiB",
-                "cache left %",
-                "fairness",
-                "competitor MB/s",
-            ],
-            &rows,
-        );
-    }
-}
-
-fn mbps_summary(runs: &[Record]) -> Summary {
-    let v: Vec<f64> = runs.iter().filter_map(|r| r.get("mbps")).collect();
-    Summary::of(&v)
 }
 
 #[cfg(test)]

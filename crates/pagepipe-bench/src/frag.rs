@@ -3,10 +3,12 @@
 //!
 //! Cross-thread: a push thread allocates fragments into a 512-entry bounded single-producer
 //! single-consumer queue and a pop thread (pinned to another CPU where there is one) drops them.
-//! Single-thread: allocate and drop in place, sizes cycling from 64 B to 2 KiB. Each run measures
-//! every allocator once, alternating; `--runs N` gives medians with 95% intervals.
+//! Single-thread: allocate and drop in place, sizes cycling from 64 B to 2 KiB. Each round
+//! measures every allocator once, alternating; ratios are against the system allocator (or
+//! `--baseline`).
 
-use crate::common::{fmt_summary, print_json, print_table, progress, Record, Summary, Usage};
+use crate::common::{Record, Usage};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
 use bytes::{Bytes, BytesMut};
 use pagepipe::{Frag, FragCache};
 use std::alloc::{GlobalAlloc, Layout};
@@ -35,9 +37,6 @@ pub struct Args {
     /// Entries of the bounded queue between the push and the pop thread.
     #[arg(long, default_value_t = 512)]
     queue: usize,
-    /// Repeated runs, for medians and 95% confidence intervals.
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
     /// FragCache chunk size in bytes (a power of two from 4096).
     #[arg(long, default_value_t = pagepipe::DEFAULT_CHUNK_SIZE)]
     chunk_size: usize,
@@ -46,11 +45,14 @@ pub struct Args {
     workload: String,
 }
 
-/// The allocators compared, in table order.
-const TRANSPORTS: [&str; 5] = ["fragcache", "system", "mimalloc", "bytesmut", "queue-only"];
+/// The allocators compared, in table order; the first is the baseline.
+const TRANSPORTS: [&str; 5] = ["system", "fragcache", "mimalloc", "bytesmut", "queue-only"];
 
 /// Runs the benchmark and prints a table (or JSON lines).
-pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
+///
+/// # Errors
+/// `InvalidInput` for a bad option, naming it and its value.
+pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
     if a.size == 0 || a.size > 1 << 20 {
         return Err(invalid(format!(
@@ -64,10 +66,10 @@ pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
             a.align
         )));
     }
-    if a.runs == 0 || a.queue < 2 || !a.queue.is_power_of_two() {
+    if a.queue < 2 || !a.queue.is_power_of_two() {
         return Err(invalid(format!(
-            "--runs {} must be positive, --queue {} a power of two >= 2",
-            a.runs, a.queue
+            "--queue {} must be a power of two >= 2",
+            a.queue
         )));
     }
     let (cross, single) = match a.workload.as_str() {
@@ -95,129 +97,68 @@ pub fn run(a: &Args, json: bool) -> std::io::Result<()> {
     .into_iter()
     .flatten()
     .collect();
-    let bar = progress(
-        (a.runs * workloads.len() * TRANSPORTS.len()) as u64,
-        "frag",
-        json,
-    );
-    // samples[workload][transport] = ns per fragment of each run
-    let mut samples = vec![vec![Vec::new(); TRANSPORTS.len()]; workloads.len()];
-    // usage[workload][transport] = process minor faults and CPU seconds of each run
-    let mut usage: Vec<Vec<Vec<Usage>>> = vec![vec![Vec::new(); TRANSPORTS.len()]; workloads.len()];
+    let mut harness = Harness::new(opts, "frag", RECOMMENDED_RUNS)?;
     // Warm-up, not timed: first-touch page faults, thread start-up, allocator arenas.
     for t in TRANSPORTS {
         if cross {
             cross_thread(t, a.size, align, a.count / 10 + 1, a.queue, a.chunk_size);
         }
     }
-    for _ in 0..a.runs {
-        for (w, workload) in workloads.iter().enumerate() {
-            for (t, transport) in TRANSPORTS.iter().enumerate() {
-                let before = Usage::now();
-                let ns = if *workload == "cross_thread" {
-                    cross_thread(transport, a.size, align, a.count, a.queue, a.chunk_size)
-                } else {
-                    single_thread(transport, align, a.single_count, a.chunk_size)
-                };
-                samples[w][t].push(ns);
-                usage[w][t].push(Usage::now().since(before));
-                bar.inc(1);
-            }
-        }
+    for workload in workloads {
+        harness.run(case(a, align, workload), |t| {
+            Ok(measure(a, align, workload, TRANSPORTS[t]))
+        })?;
     }
-    bar.finish_and_clear();
-    report(a, align, &workloads, &samples, &usage, json);
-    Ok(())
+    harness.note("minor faults and CPU seconds: per run, whole process (both threads)");
+    if align > 1 {
+        harness.note("bytesmut ignores --align (BytesMut has no aligned split)");
+    }
+    harness.finish(&format!(
+        "frag: page_frag_test workload, align {align}, queue {} (ns per fragment)",
+        a.queue
+    ))
 }
 
-fn report(
-    a: &Args,
-    align: usize,
-    workloads: &[&str],
-    samples: &[Vec<Vec<f64>>],
-    usage: &[Vec<Vec<Usage>>],
-    json: bool,
-) {
-    let mut rows = Vec::new();
-    for (w, workload) in workloads.iter().enumerate() {
-        let sums: Vec<Summary> = samples[w].iter().map(|s| Summary::of(s)).collect();
-        let (system, mimalloc) = (sums[1], sums[2]);
-        for (t, transport) in TRANSPORTS.iter().enumerate() {
-            let s = sums[t];
-            let faults: Vec<f64> = usage[w][t].iter().map(|u| u.minor_faults as f64).collect();
-            let cpu: Vec<f64> = usage[w][t].iter().map(|u| u.cpu_s).collect();
-            let (faults, cpu) = (Summary::of(&faults).median, Summary::of(&cpu).median);
-            let (count, size) = if *workload == "cross_thread" {
-                (a.count, a.size.to_string())
-            } else {
-                (a.single_count, "64..2048".to_string())
-            };
-            if json {
-                let mut rec = Record::new("frag", *transport)
-                    .config("workload", *workload)
-                    .config("size", size.clone())
-                    .config("align", align)
-                    .config("count", count)
-                    .config("queue", a.queue)
-                    .config("chunk_size", a.chunk_size)
-                    .config("runs", a.runs);
-                rec.metric("ns_per_frag", s.median);
-                rec.metric("ns_per_frag_ci_lo", s.lo);
-                rec.metric("ns_per_frag_ci_hi", s.hi);
-                rec.metric("speedup_vs_system_x", system.median / s.median);
-                rec.metric("speedup_vs_mimalloc_x", mimalloc.median / s.median);
-                rec.metric("minor_faults", faults);
-                rec.metric("cpu_s", cpu);
-                print_json(&rec);
-            }
-            let vs = |other: &Summary| {
-                let noise = if s.distinct_from(other) {
-                    ""
-                } else {
-                    " (noise)"
-                };
-                format!("{:.2}x{noise}", other.median / s.median)
-            };
-            rows.push(vec![
-                workload.to_string(),
-                size,
-                transport.to_string(),
-                fmt_summary(&s, 1),
-                if t == 1 { "1.00x".into() } else { vs(&system) },
-                if t == 2 {
-                    "1.00x".into()
-                } else {
-                    vs(&mimalloc)
-                },
-                format!("{faults:.0}"),
-                format!("{cpu:.2}"),
-            ]);
-        }
+/// One workload on every allocator.
+fn case(a: &Args, align: usize, workload: &str) -> Case {
+    let size = if workload == "cross_thread" {
+        a.size.to_string()
+    } else {
+        "64..2048".to_string()
+    };
+    Case {
+        bench: "frag",
+        title: format!("{workload} {size} B, align {align}"),
+        arms: TRANSPORTS.iter().map(|t| Arm::new(*t)).collect(),
+        columns: vec![
+            Column::new("ns_per_frag", "ns/frag", 1.0, 1),
+            Column::new("minor_faults", "minor faults", 1.0, 0),
+        ],
     }
-    if !json {
-        println!(
-            "frag: page_frag_test workload, {} runs, align {align}, queue {} (ns per fragment: median [95% CI])",
-            a.runs, a.queue
-        );
-        print_table(
-            &[
-                "workload",
-                "size",
-                "allocator",
-                "ns/frag",
-                "speedup vs system",
-                "vs mimalloc",
-                "minor faults/run",
-                "cpu s/run",
-            ],
-            &rows,
-        );
-        println!("speedup = other's median / this one's; \"(noise)\" = the 95% intervals overlap");
-        println!("minor faults and CPU seconds: medians per run, whole process (both threads)");
-        if align > 1 {
-            println!("bytesmut ignores --align (BytesMut has no aligned split)");
-        }
-    }
+}
+
+/// One run of `workload` on `transport`: ns per fragment, faults and CPU.
+fn measure(a: &Args, align: usize, workload: &str, transport: &str) -> Run {
+    let before = Usage::now();
+    let (ns, count, size) = if workload == "cross_thread" {
+        let ns = cross_thread(transport, a.size, align, a.count, a.queue, a.chunk_size);
+        (ns, a.count, a.size.to_string())
+    } else {
+        let ns = single_thread(transport, align, a.single_count, a.chunk_size);
+        (ns, a.single_count, "64..2048".to_string())
+    };
+    let usage = Usage::now().since(before);
+    let mut rec = Record::new("frag", transport)
+        .config("workload", workload)
+        .config("size", size)
+        .config("align", align)
+        .config("count", count)
+        .config("queue", a.queue)
+        .config("chunk_size", a.chunk_size);
+    rec.metric("ns_per_frag", ns);
+    rec.metric("minor_faults", usage.minor_faults as f64);
+    rec.metric("cpu_s", usage.cpu_s);
+    rec.into()
 }
 
 /// One way of getting fragments: each call returns an owned buffer of `size` bytes.
@@ -385,9 +326,17 @@ fn push_pop<S: Source>(mut src: S, size: usize, align: usize, count: usize, queu
     ns
 }
 
+/// CPUs online (`sysconf(3)`). Not `available_parallelism`: that counts the calling thread's
+/// affinity mask, which is one CPU while pinned, so `unpin` would pin for good.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// Pins the calling thread to `cpu` when the machine has more than one (`sched_setaffinity(2)`).
 fn pin_to_cpu(cpu: usize) {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    if online_cpus() < 2 {
         return;
     }
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
@@ -402,10 +351,7 @@ fn pin_to_cpu(cpu: usize) {
 fn unpin() {
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in 0..std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(libc::CPU_SETSIZE as usize)
-    {
+    for cpu in 0..online_cpus().min(libc::CPU_SETSIZE as usize) {
         // SAFETY: `cpu` < CPU_SETSIZE and `set` is a valid cpu_set_t.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
@@ -520,6 +466,30 @@ mod tests {
             let ns = single_thread(t, 8, 10_000, 4096);
             assert!(ns > 0.0, "{t}");
         }
+    }
+
+    #[test]
+    fn unpin_gives_back_every_cpu() {
+        fn allowed() -> usize {
+            // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+            // SAFETY: `set` was filled in by sched_getaffinity.
+            unsafe { libc::CPU_COUNT(&set) as usize }
+        }
+        std::thread::spawn(|| {
+            let before = allowed();
+            pin_to_cpu(0);
+            unpin();
+            assert!(
+                allowed() >= before,
+                "{} CPUs after unpin, {before} before",
+                allowed()
+            );
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

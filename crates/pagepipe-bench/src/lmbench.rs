@@ -1,19 +1,19 @@
 //! `bw` and `lat`: lmbench's bw_pipe / bw_unix (64 KiB writes between two threads) and
 //! lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side by side.
 
-use crate::common::{
-    fmt_summary, print_json, print_table, progress, Histogram, Record, Summary, Usage,
-};
-use crate::pipe_bench::{alternate, parse_pool, ratio_cell, summarise, summary_of};
-use crate::transport::{self, PipeConfig, Transport};
+use crate::common::{Histogram, Record, Usage};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
+use crate::transport::{self, parse_pool, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Options of `pagepipe-bench bw`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BwArgs {
+    /// Transports to compare, alternating in one run (the first is the baseline).
     #[arg(long, value_delimiter = ',', default_value = "kernel,unix,pagepipe")]
     pub transport: Vec<Transport>,
     /// Bytes per write (lmbench: 64 KiB).
@@ -25,24 +25,23 @@ pub struct BwArgs {
     /// pagepipe slot size (seed 001: larger slots = "fatpipe").
     #[arg(long, default_value_t = 4096)]
     pub slot_size: usize,
+    /// pagepipe pool policy: adaptive[:keep], unified[:keep:burst], tmppage, none.
     #[arg(long, default_value = "adaptive", value_parser = parse_pool)]
     pub pool: PoolPolicy,
     /// Seconds per run.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
 }
 
+/// Options of `pagepipe-bench lat`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct LatArgs {
+    /// Transports to compare, alternating in one run (the first is the baseline).
     #[arg(long, value_delimiter = ',', default_value = "kernel,unix,pagepipe")]
     pub transport: Vec<Transport>,
     /// Seconds per run.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
 }
 
 /// One bw run: a writer thread writes `size`-byte chunks, the caller's thread reads and counts.
@@ -60,11 +59,7 @@ pub fn bw_once(
         let buf = vec![0x5au8; size];
         while !stop2.load(Ordering::Relaxed) {
             if let Err(e) = w.write_all(&buf) {
-                return if e.kind() == io::ErrorKind::BrokenPipe {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
+                return if reader_hung_up(&e) { Ok(()) } else { Err(e) };
             }
         }
         Ok(())
@@ -81,7 +76,7 @@ pub fn bw_once(
     }
     let (usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
     stop.store(true, Ordering::Relaxed);
-    drop(r); // the writer gets BrokenPipe if it is blocked
+    drop(r); // the writer gets BrokenPipe (or ConnectionReset) if it is blocked
     writer.join().expect("writer thread panicked")?;
     let mut rec = Record::new("bw", t.name())
         .config("size", size)
@@ -95,8 +90,17 @@ pub fn bw_once(
     Ok(rec)
 }
 
+/// The reader closed its end: EPIPE, or ECONNRESET from an AF_UNIX socket closed with unread
+/// data in its queue (`unix_release_sock`).
+fn reader_hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    )
+}
+
 /// One lat run: 1-byte ping-pong between this thread and an echo thread over two channels.
-pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Record> {
+pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Run> {
     let cfg = PipeConfig::default();
     let (mut w1, mut r1) = transport::open(t, &cfg, 1, 1)?;
     let (mut w2, mut r2) = transport::open(t, &cfg, 1, 1)?;
@@ -131,12 +135,12 @@ pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Record> {
     drop(ping); // end of file for the echo thread
     echo.join().expect("echo thread panicked")?;
     let mut rec = Record::new("lat", t.name());
-    rec.metric("lat_avg_ns", hist.mean_ns());
-    rec.metric("lat_p50_ns", hist.quantile_ns(0.50));
-    rec.metric("lat_p99_ns", hist.quantile_ns(0.99));
-    rec.metric("lat_max_ns", hist.max_ns());
+    hist.put_metrics(&mut rec);
     rec.metric("round_trips", hist.count() as f64);
-    Ok(rec)
+    Ok(Run {
+        record: rec,
+        latency: Some(hist),
+    })
 }
 
 /// CPU used by a reader blocked on an empty pipe for `wait`, as a percentage of one core
@@ -158,75 +162,95 @@ pub fn idle_once(t: Transport, wait: Duration) -> io::Result<Record> {
     Ok(rec)
 }
 
-fn table_for(
-    bench: &str,
-    vs: &[Transport],
-    results: &[Vec<Record>],
-    key: &str,
-    scale: f64,
-    lower_is_better: bool,
-    json: bool,
-) -> Vec<Vec<String>> {
-    let mut rows = Vec::new();
-    let mut kernel: Option<Summary> = None;
-    for (&t, runs) in vs.iter().zip(results) {
-        let (rec, sums) = summarise(runs, &[key]);
-        if json {
-            print_json(&rec);
-        }
-        let s = *summary_of(&sums, key);
-        if t == Transport::Kernel {
-            kernel = Some(s);
-        }
-        let scaled = s.scaled(scale);
-        let vs_kernel = match (&kernel, lower_is_better) {
-            _ if t == Transport::Kernel => "1.00x".into(),
-            (Some(k), false) => ratio_cell(&s, k),
-            (Some(k), true) => ratio_cell(k, &s), // kernel latency / ours: > 1 means faster
-            (None, _) => "-".into(),
-        };
-        rows.push(vec![
-            bench.to_string(),
-            t.name().to_string(),
-            fmt_summary(&scaled, 2),
-            vs_kernel,
-        ]);
-    }
-    rows
+/// The arms of a transport list.
+pub fn arms(transports: &[Transport]) -> Vec<Arm> {
+    transports.iter().map(|t| Arm::new(t.name())).collect()
 }
 
-pub fn run_bw(a: &BwArgs, json: bool) -> io::Result<()> {
+/// The bw case on `transports`.
+pub fn bw_case(transports: &[Transport], title: &str) -> Case {
+    Case {
+        bench: "bw",
+        title: title.into(),
+        arms: arms(transports),
+        columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
+    }
+}
+
+/// The lat case on `transports`.
+pub fn lat_case(transports: &[Transport], title: &str) -> Case {
+    Case {
+        bench: "lat",
+        title: title.into(),
+        arms: arms(transports),
+        columns: vec![
+            Column::new("lat_avg_ns", "round trip avg µs", 1e3, 2),
+            Column::new("lat_p99_ns", "round trip p99 µs", 1e3, 2),
+        ],
+    }
+}
+
+/// `pagepipe-bench bw`.
+///
+/// # Errors
+/// A transport cannot be opened or fails mid-run.
+pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
     let cfg = PipeConfig {
         pipe_size: a.pipe_size,
         pool: a.pool,
         slot_size: a.slot_size,
     };
     let d = Duration::from_secs_f64(a.duration);
-    let vs = crate::pipe_bench::variants(&a.transport, &[a.pool]);
-    let bar = progress((vs.len() * a.runs) as u64, "bw", json);
-    let results = alternate(&vs, a.runs, &bar, |v| bw_once(v.transport, &cfg, a.size, d))?;
-    bar.finish_and_clear();
-    let rows = table_for("bw", &a.transport, &results, "mbps", 1.0, false, json);
-    if !json {
-        println!(
-            "bw: {} B writes, {} B pipe, {} s x {} runs (median [95% CI])",
-            a.size, a.pipe_size, a.duration, a.runs
-        );
-        print_table(&["bench", "transport", "MB/s", "vs kernel"], &rows);
-    }
-    Ok(())
+    let mut harness = Harness::new(opts, "bw", RECOMMENDED_RUNS)?;
+    let title = format!("bw {} KiB", a.size / 1024);
+    harness.run(bw_case(&a.transport, &title), |i| {
+        bw_once(a.transport[i], &cfg, a.size, d).map(Run::from)
+    })?;
+    harness.finish(&format!(
+        "bw: {} B writes, {} B pipe, {} s per run",
+        a.size, a.pipe_size, a.duration
+    ))
 }
 
-pub fn run_lat(a: &LatArgs, json: bool) -> io::Result<()> {
+/// `pagepipe-bench lat`.
+///
+/// # Errors
+/// A transport cannot be opened or fails mid-run.
+pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
-    let vs = crate::pipe_bench::variants(&a.transport, &[PoolPolicy::default()]);
-    let bar = progress((vs.len() * a.runs) as u64, "lat", json);
-    let results = alternate(&vs, a.runs, &bar, |v| lat_once(v.transport, d))?;
-    bar.finish_and_clear();
-    let rows = table_for("lat", &a.transport, &results, "lat_avg_ns", 1e3, true, json);
-    if !json {
-        println!("lat: 1-byte round trip, {} s x {} runs (median [95% CI]); 'vs kernel' = kernel time / this", a.duration, a.runs);
-        print_table(&["bench", "transport", "avg µs", "vs kernel"], &rows);
+    let mut harness = Harness::new(opts, "lat", RECOMMENDED_RUNS)?;
+    harness.run(lat_case(&a.transport, "lat 1 B"), |i| {
+        lat_once(a.transport[i], d)
+    })?;
+    harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_socket_closed_under_a_blocked_writer_counts_as_a_hang_up() {
+        // The writer fills the socket and blocks; closing the reader with unread data queued
+        // wakes it with EPIPE here, and sometimes with ECONNRESET (the close sets the writer's
+        // sk_err; seen once in a quick suite run, which then died): both are a hang-up.
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || loop {
+            if let Err(e) = a.write_all(&[0u8; 65536]) {
+                return e;
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(b);
+        let e = writer.join().unwrap();
+        assert!(reader_hung_up(&e), "{e}");
+        assert!(reader_hung_up(&io::Error::from(
+            io::ErrorKind::ConnectionReset
+        )));
+        assert!(!reader_hung_up(&io::Error::from(
+            io::ErrorKind::InvalidInput
+        )));
     }
-    Ok(())
 }

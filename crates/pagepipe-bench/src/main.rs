@@ -1,14 +1,21 @@
 //! `pagepipe-bench`: reruns each seed's benchmark with the kernel's primitive and pagepipe side by
-//! side, alternating in one run, and reports the ratios.
+//! side, alternating in one run, and reports the ratios with distribution-free intervals.
 //!
-//! With no subcommand it runs the quick suite (about a minute): one table of every transport.
+//! With no subcommand it runs the quick suite (about 90 s): one table of every transport.
+//! `compare OLD.jsonl NEW.jsonl` compares two saved `--json` runs.
+
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod common;
+mod compare;
 mod dontcache;
 mod frag;
+mod harness;
 mod lmbench;
 mod pipe_bench;
 mod quick;
+mod stats;
 mod transport;
 
 use clap::{Parser, Subcommand};
@@ -22,9 +29,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
-    /// Print one JSON object per line instead of tables.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    run: harness::RunArgs,
 }
 
 #[derive(Subcommand)]
@@ -39,17 +45,21 @@ enum Cmd {
     Dontcache(dontcache::Args),
     /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
     Frag(frag::Args),
+    /// benchstat for two `--json` runs: medians, change with its interval, rank-test p-value.
+    Compare(compare::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
+    let opts = &cli.run;
     let result = match cli.cmd {
-        None => quick::run(cli.json),
-        Some(Cmd::Pipe(a)) => pipe_bench::run(&a, cli.json),
-        Some(Cmd::Bw(a)) => lmbench::run_bw(&a, cli.json),
-        Some(Cmd::Lat(a)) => lmbench::run_lat(&a, cli.json),
-        Some(Cmd::Dontcache(a)) => dontcache::run(&a, cli.json),
-        Some(Cmd::Frag(a)) => frag::run(&a, cli.json),
+        None => quick::run(opts),
+        Some(Cmd::Pipe(a)) => pipe_bench::run(&a, opts),
+        Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
+        Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
+        Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
+        Some(Cmd::Frag(a)) => frag::run(&a, opts),
+        Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {
         eprintln!("pagepipe-bench: {e}");

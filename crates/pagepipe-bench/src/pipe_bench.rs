@@ -4,10 +4,9 @@
 //! fixed-size messages (64 KiB) for a fixed time and time every write; readers drain. Reports
 //! writes/s, MB/s, per-write latency and the page faults and CPU the run cost.
 
-use crate::common::{
-    fmt_summary, print_json, print_table, progress, Histogram, MemoryHog, Record, Summary, Usage,
-};
-use crate::transport::{self, PipeConfig, Transport};
+use crate::common::{Histogram, MemoryHog, Record, Usage};
+use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
+use crate::transport::{self, parse_pool, pool_name, PipeConfig, Transport};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +28,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64 * 1024)]
     pub msgsize: usize,
     /// Seconds measured per run (after a warm-up of a quarter of it, at most 0.5 s).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
     /// Pipe capacity in bytes (kernel: F_SETPIPE_SZ).
     #[arg(long, default_value_t = 1 << 20)]
@@ -43,51 +42,19 @@ pub struct Args {
     /// Run beside a memory hog (stress-ng --vm 2 --vm-bytes 80%), as pipe_bench does.
     #[arg(long)]
     pub memory_pressure: bool,
-    /// Repeated runs per configuration (median and 95% confidence interval).
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-}
-
-/// Parses a pool policy: `adaptive[:keep]`, `unified[:keep:burst]`, `tmppage`, `none`.
-pub fn parse_pool(s: &str) -> Result<PoolPolicy, String> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let num = |i: usize, default: usize| -> Result<usize, String> {
-        parts.get(i).map_or(Ok(default), |p| {
-            p.parse()
-                .map_err(|e| format!("bad number {p:?} in pool {s:?}: {e}"))
-        })
-    };
-    match parts[0] {
-        "adaptive" => Ok(PoolPolicy::Adaptive { keep: num(1, 2)? }),
-        "unified" => Ok(PoolPolicy::Unified {
-            keep: num(1, 2)?,
-            burst: num(2, 8)?,
-        }),
-        "tmppage" => Ok(PoolPolicy::TmpPage),
-        "none" => Ok(PoolPolicy::None),
-        other => Err(format!(
-            "unknown pool policy {other:?} (adaptive, unified, tmppage, none)"
-        )),
-    }
-}
-
-pub fn pool_name(p: PoolPolicy) -> String {
-    match p {
-        PoolPolicy::Adaptive { keep } => format!("adaptive:{keep}"),
-        PoolPolicy::Unified { keep, burst } => format!("unified:{keep}:{burst}"),
-        PoolPolicy::TmpPage => "tmppage".into(),
-        PoolPolicy::None => "none".into(),
-    }
 }
 
 /// One variant measured: a transport, and for pagepipe a pool policy.
 #[derive(Clone, Copy, Debug)]
 pub struct Variant {
+    /// The transport.
     pub transport: Transport,
+    /// The pool policy (pagepipe only).
     pub pool: Option<PoolPolicy>,
 }
 
 impl Variant {
+    /// `kernel`, `unix`, or `pagepipe/POOL`.
     pub fn label(&self) -> String {
         match self.pool {
             Some(p) if self.transport == Transport::Pagepipe => {
@@ -120,15 +87,27 @@ pub fn variants(transports: &[Transport], pools: &[PoolPolicy]) -> Vec<Variant> 
 /// What one pipe_bench run measures.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
+    /// Writer threads.
     pub writers: usize,
+    /// Reader threads.
     pub readers: usize,
+    /// Bytes per write.
     pub msgsize: usize,
+    /// Time measured (after a warm-up).
     pub duration: Duration,
+    /// How to build the pipe.
     pub pipe: PipeConfig,
 }
 
-/// Runs the workload once on `v` and returns its metrics.
-pub fn measure(v: Variant, wl: &Workload) -> io::Result<Record> {
+impl Variant {
+    /// The harness arm: the transport's name in JSON, the label in tables.
+    pub fn arm(&self) -> Arm {
+        Arm::labelled(self.transport.name(), self.label())
+    }
+}
+
+/// Runs the workload once on `v` and returns its metrics and write latencies.
+pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     let mut cfg = wl.pipe;
     if let Some(p) = v.pool {
         cfg.pool = p;
@@ -191,78 +170,40 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Record> {
             .config("slot_size", cfg.slot_size);
     }
     let writes = hist.count() as f64;
-    rec.metric("writes_per_s", writes / secs);
     rec.metric("mbps", writes * wl.msgsize as f64 / secs / 1e6);
-    rec.metric("lat_avg_ns", hist.mean_ns());
-    rec.metric("lat_p50_ns", hist.quantile_ns(0.50));
-    rec.metric("lat_p99_ns", hist.quantile_ns(0.99));
-    rec.metric("lat_max_ns", hist.max_ns());
+    rec.metric("writes_per_s", writes / secs);
+    hist.put_metrics(&mut rec);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
-    Ok(rec)
+    Ok(Run {
+        record: rec,
+        latency: Some(hist),
+    })
 }
 
-/// Runs every variant `runs` times, alternating (run 1 of each, then run 2 of each, ...), and
-/// returns the records grouped per variant in `variants` order.
-pub fn alternate(
-    vs: &[Variant],
-    runs: usize,
-    bar: &indicatif::ProgressBar,
-    mut one: impl FnMut(Variant) -> io::Result<Record>,
-) -> io::Result<Vec<Vec<Record>>> {
-    let mut out = vec![Vec::new(); vs.len()];
-    for _ in 0..runs.max(1) {
-        for (i, &v) in vs.iter().enumerate() {
-            out[i].push(one(v)?);
-            bar.inc(1);
-        }
+/// The table rows of a pipe_bench case (the first is what charts and `--runs auto` use).
+pub const COLUMNS: [Column; 4] = [
+    Column::new("mbps", "MB/s", 1.0, 0),
+    Column::new("lat_avg_ns", "write avg µs", 1e3, 2),
+    Column::new("lat_p99_ns", "write p99 µs", 1e3, 1),
+    Column::new("minor_faults", "page faults", 1.0, 0),
+];
+
+/// The case of `writers` x `readers` on every variant.
+pub fn case(vs: &[Variant], writers: usize, readers: usize, columns: &[Column]) -> Case {
+    Case {
+        bench: "pipe",
+        title: format!("pipe {writers}w/{readers}r"),
+        arms: vs.iter().map(Variant::arm).collect(),
+        columns: columns.to_vec(),
     }
-    Ok(out)
 }
 
-/// Folds repeated runs into one record of medians, with 95% CI bounds for `ci_keys`.
-pub fn summarise(runs: &[Record], ci_keys: &[&str]) -> (Record, Vec<(String, Summary)>) {
-    let mut rec = runs[0].clone().config("runs", runs.len());
-    let mut sums = Vec::new();
-    for (key, _) in &runs[0].metrics {
-        let samples: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).collect();
-        let s = Summary::of(&samples);
-        rec.metric(key, s.median);
-        if ci_keys.contains(&key.as_str()) {
-            rec.metric(&format!("{key}_ci_lo"), s.lo);
-            rec.metric(&format!("{key}_ci_hi"), s.hi);
-        }
-        sums.push((key.clone(), s));
-    }
-    (rec, sums)
-}
-
-pub fn summary_of<'a>(sums: &'a [(String, Summary)], key: &str) -> &'a Summary {
-    &sums
-        .iter()
-        .find(|(k, _)| k == key)
-        .expect("metric present")
-        .1
-}
-
-/// "2.41x" plus a mark when the two intervals overlap (not distinguishable from noise);
-/// "1.00x" for the baseline itself, "-" when the baseline is zero.
-pub fn ratio_cell(ours: &Summary, base: &Summary) -> String {
-    if std::ptr::eq(ours, base) {
-        return "1.00x".into();
-    }
-    if base.median == 0.0 || ours.median == 0.0 {
-        return "-".into();
-    }
-    let noise = if ours.distinct_from(base) {
-        ""
-    } else {
-        " (noise)"
-    };
-    format!("{:.2}x{noise}", ours.median / base.median)
-}
-
-pub fn run(a: &Args, json: bool) -> io::Result<()> {
+/// `pagepipe-bench pipe`: every writer/reader configuration asked for, on every variant.
+///
+/// # Errors
+/// A transport cannot be opened or fails mid-run; `--memory-pressure` without stress-ng.
+pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     let configs: Vec<(usize, usize)> = match (a.writers, a.readers) {
         (None, None) => [1, 2, 5]
             .iter()
@@ -277,12 +218,7 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
         slot_size: a.slot_size,
     };
     let _hog = MemoryHog::start(a.memory_pressure)?;
-    let bar = progress(
-        (configs.len() * vs.len() * a.runs.max(1)) as u64,
-        "pipe_bench",
-        json,
-    );
-    let mut rows = Vec::new();
+    let mut harness = Harness::new(opts, "pipe", RECOMMENDED_RUNS)?;
     for (writers, readers) in configs {
         let wl = Workload {
             writers,
@@ -291,65 +227,21 @@ pub fn run(a: &Args, json: bool) -> io::Result<()> {
             duration: Duration::from_secs_f64(a.duration),
             pipe,
         };
-        let results = alternate(&vs, a.runs, &bar, |v| measure(v, &wl))?;
-        let mut kernel: Option<Summary> = None;
-        for (v, runs) in vs.iter().zip(&results) {
-            let (mut rec, sums) = summarise(runs, &["mbps", "writes_per_s", "lat_avg_ns"]);
-            rec.config
+        harness.run(case(&vs, writers, readers, &COLUMNS), |i| {
+            let mut run = measure(vs[i], &wl)?;
+            run.record
+                .config
                 .insert("memory_pressure".into(), a.memory_pressure.into());
-            let mbps = *summary_of(&sums, "mbps");
-            if v.transport == Transport::Kernel {
-                kernel = Some(mbps);
-            }
-            let vs_kernel = match &kernel {
-                _ if v.transport == Transport::Kernel => "1.00x".into(),
-                Some(k) => ratio_cell(&mbps, k),
-                None => "-".into(),
-            };
-            if json {
-                print_json(&rec);
-            }
-            rows.push(vec![
-                format!("{writers}w/{readers}r"),
-                v.label(),
-                fmt_summary(summary_of(&sums, "writes_per_s"), 0),
-                fmt_summary(&mbps, 0),
-                format!("{:.1}", rec.get("lat_avg_ns").unwrap() / 1e3),
-                format!("{:.1}", rec.get("lat_p99_ns").unwrap() / 1e3),
-                format!("{:.0}", rec.get("minor_faults").unwrap()),
-                format!("{:.2}", rec.get("cpu_s").unwrap()),
-                vs_kernel,
-            ]);
-        }
+            Ok(run)
+        })?;
     }
-    bar.finish_and_clear();
-    if !json {
-        println!(
-            "pipe_bench: {} B messages, {} B pipe, {} s x {} runs{} (median [95% CI])",
-            a.msgsize,
-            a.pipe_size,
-            a.duration,
-            a.runs,
-            if a.memory_pressure {
-                ", under memory pressure"
-            } else {
-                ""
-            }
-        );
-        print_table(
-            &[
-                "config",
-                "transport",
-                "writes/s",
-                "MB/s",
-                "avg µs",
-                "p99 µs",
-                "faults",
-                "cpu s",
-                "vs kernel",
-            ],
-            &rows,
-        );
-    }
-    Ok(())
+    let pressure = if a.memory_pressure {
+        ", under memory pressure"
+    } else {
+        ""
+    };
+    harness.finish(&format!(
+        "pipe_bench: {} B messages, {} B pipe, {} s per run{pressure}",
+        a.msgsize, a.pipe_size, a.duration
+    ))
 }

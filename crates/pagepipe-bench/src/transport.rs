@@ -105,3 +105,36 @@ pub fn kernel_pipe(size: usize) -> io::Result<(File, File)> {
     }
     Ok((File::from(w), File::from(r)))
 }
+
+/// Parses a pool policy: `adaptive[:keep]`, `unified[:keep:burst]`, `tmppage`, `none`.
+pub fn parse_pool(s: &str) -> Result<PoolPolicy, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let num = |i: usize, default: usize| -> Result<usize, String> {
+        parts.get(i).map_or(Ok(default), |p| {
+            p.parse()
+                .map_err(|e| format!("bad number {p:?} in pool {s:?}: {e}"))
+        })
+    };
+    match parts[0] {
+        "adaptive" => Ok(PoolPolicy::Adaptive { keep: num(1, 2)? }),
+        "unified" => Ok(PoolPolicy::Unified {
+            keep: num(1, 2)?,
+            burst: num(2, 8)?,
+        }),
+        "tmppage" => Ok(PoolPolicy::TmpPage),
+        "none" => Ok(PoolPolicy::None),
+        other => Err(format!(
+            "unknown pool policy {other:?} (adaptive, unified, tmppage, none)"
+        )),
+    }
+}
+
+/// The name of a pool policy as `--pool` takes it.
+pub fn pool_name(p: PoolPolicy) -> String {
+    match p {
+        PoolPolicy::Adaptive { keep } => format!("adaptive:{keep}"),
+        PoolPolicy::Unified { keep, burst } => format!("unified:{keep}:{burst}"),
+        PoolPolicy::TmpPage => "tmppage".into(),
+        PoolPolicy::None => "none".into(),
+    }
+}
