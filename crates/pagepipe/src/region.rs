@@ -79,6 +79,10 @@ pub(crate) struct Header {
     pub(crate) nonblocking: [ColdU32; 2],
     /// Read and write timeouts in nanoseconds (0: none), like `SO_RCVTIMEO` / `SO_SNDTIMEO`.
     pub(crate) timeout_ns: [ColdU64; 2],
+    /// Each side's private state, read and written only by that side's lock holder (the lock
+    /// orders it): `[head, cached tail]` of the write side, `[tail, cached head]` of the read
+    /// side. A holder that takes a side over from a dead one reloads it from the index words.
+    pub(crate) side_state: [[ColdU64; 2]; 2],
     /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -100,7 +104,8 @@ const _: () = {
     assert!(offset_of!(Header, write_lock) == 640);
     assert!(offset_of!(Header, read_lock) == 768);
     assert!(offset_of!(Header, ring_size) == 896);
-    assert!(offset_of!(Header, closes) == 936);
+    assert!(offset_of!(Header, side_state) == 936);
+    assert!(offset_of!(Header, closes) == 968);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(align_of::<Header>() <= PAGE_SIZE);
     assert!(size_of::<Slot>() == 64);
@@ -279,6 +284,10 @@ impl Region {
             dropped: ColdU64::new(0),
             nonblocking: [ColdU32::new(0), ColdU32::new(0)],
             timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
+            side_state: [
+                [ColdU64::new(0), ColdU64::new(0)],
+                [ColdU64::new(0), ColdU64::new(0)],
+            ],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
         });
         let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();

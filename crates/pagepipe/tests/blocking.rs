@@ -310,3 +310,110 @@ fn resizing_while_streaming_keeps_every_byte_in_order() {
         "bytes lost or reordered"
     );
 }
+
+#[test]
+fn timeouts_expire_as_timed_out() {
+    let (w, r) = pipe().unwrap();
+    assert_eq!(
+        r.set_read_timeout(Some(Duration::ZERO)).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    r.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+    assert_eq!(r.read_timeout().unwrap(), Some(Duration::from_millis(30)));
+    let t = std::time::Instant::now();
+    assert_eq!(
+        (&r).read(&mut [0u8; 4]).unwrap_err().kind(),
+        ErrorKind::TimedOut
+    );
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    // A write that fills the pipe and then times out returns the partial count.
+    w.set_write_timeout(Some(Duration::from_millis(30))).unwrap();
+    assert_eq!((&w).write(&[1u8; 70000]).unwrap(), 65536);
+    assert_eq!(
+        (&w).write(&[1u8; 10]).unwrap_err().kind(),
+        ErrorKind::TimedOut
+    );
+    w.set_write_timeout(None).unwrap();
+    assert_eq!(w.write_timeout().unwrap(), None);
+}
+
+#[test]
+fn non_blocking_ends_do_not_wait_for_a_held_side() {
+    let (w, r) = pipe().unwrap();
+    w.set_nonblocking(true).unwrap();
+    r.set_nonblocking(true).unwrap();
+    let chunk = w.write_chunk().unwrap();
+    let w2 = w.clone();
+    let err = thread::spawn(move || (&w2).write(b"x").unwrap_err().kind())
+        .join()
+        .unwrap();
+    assert_eq!(err, ErrorKind::WouldBlock);
+    // The same thread writing while holding its chunk is a deadlock, reported.
+    w.set_nonblocking(false).unwrap();
+    assert_eq!((&w).write(b"x").unwrap_err().kind(), ErrorKind::Deadlock);
+    drop(chunk);
+    (&w).write_all(b"abc").unwrap();
+    let chunk = r.read_chunk().unwrap();
+    let r2 = r.clone();
+    let err = thread::spawn(move || (&r2).read(&mut [0u8; 4]).unwrap_err().kind())
+        .join()
+        .unwrap();
+    assert_eq!(err, ErrorKind::WouldBlock);
+    drop(chunk);
+}
+
+#[test]
+fn len_and_free_need_no_lock() {
+    let (w, r) = pipe().unwrap();
+    assert_eq!((r.len(), w.free()), (0, 65536));
+    (&w).write_all(&[0u8; 5000]).unwrap();
+    assert_eq!((r.len(), w.free()), (5000, 65536 - 2 * 4096));
+    let chunk = r.read_chunk().unwrap(); // holds the read side: len still answers
+    assert_eq!(r.len(), 5000);
+    chunk.consume(100);
+    assert_eq!(r.len(), 4900);
+    assert!(!r.is_empty());
+}
+
+#[test]
+fn write_vectored_is_one_atomic_write() {
+    use std::io::IoSlice;
+    let (w, r) = pipe().unwrap();
+    assert!(w.is_write_vectored());
+    let writers: Vec<_> = (0..4u8)
+        .map(|id| {
+            let w = w.clone();
+            thread::spawn(move || {
+                for _ in 0..500 {
+                    let head = [id; 1000];
+                    let body = [id; 2000];
+                    let tail = [id; 1096]; // 4096 bytes in all: PIPE_BUF
+                    let bufs = [IoSlice::new(&head), IoSlice::new(&body), IoSlice::new(&tail)];
+                    assert_eq!((&w).write_vectored(&bufs).unwrap(), 4096);
+                }
+            })
+        })
+        .collect();
+    drop(w);
+    let reader = thread::spawn(move || {
+        let mut all = Vec::new();
+        (&r).read_to_end(&mut all).unwrap();
+        all
+    });
+    for t in writers {
+        t.join().unwrap();
+    }
+    let all = reader.join().unwrap();
+    assert_eq!(all.len(), 4 * 500 * 4096);
+    for rec in all.chunks(4096) {
+        assert!(rec.iter().all(|&b| b == rec[0]), "interleaved vectored write");
+    }
+    // Over PIPE_BUF, the buffers still form one write with Linux's merge rule.
+    let (w, r) = pipe().unwrap();
+    (&w).write_all(b"ab").unwrap();
+    let bufs = [IoSlice::new(b"cd"), IoSlice::new(&[7u8; 4096])];
+    assert_eq!((&w).write_vectored(&bufs).unwrap(), 4098);
+    let mut buf = vec![0u8; 8];
+    assert_eq!((&r).read(&mut buf).unwrap(), 8);
+    assert_eq!(&buf, b"abcd\x07\x07\x07\x07"); // "ab" + the merged remainder "cd", then the page
+}

@@ -100,13 +100,46 @@ pub(crate) struct ReadGuard<'a> {
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        self.sh.header().write_lock.unlock();
+        let h = self.sh.header();
+        store_side_state(&h.side_state[W], self.head, self.cached_tail);
+        h.write_lock.unlock();
     }
 }
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        self.sh.header().read_lock.unlock();
+        let h = self.sh.header();
+        store_side_state(&h.side_state[R], self.tail, self.cached_head);
+        h.read_lock.unlock();
+    }
+}
+
+/// Saves a side's `(own index, cached other index)` for the next holder; the lock's Release
+/// unlock orders it.
+fn store_side_state(state: &[ColdU64; 2], own: u64, other: u64) {
+    state[0].store(own, Ordering::Relaxed);
+    state[1].store(other, Ordering::Relaxed);
+}
+
+/// The side state a holder left, or after a dead holder, the index words themselves: `own`
+/// (head for writers, tail for readers: only this side moves it) and `other` (Acquire: pairs
+/// with the other side's Release index RMW).
+fn load_side_state(
+    state: &[ColdU64; 2],
+    taken: Taken,
+    own: &AtomicU64,
+    other: &AtomicU64,
+) -> (u64, u64) {
+    match taken {
+        // Relaxed: written by the previous holder before its Release unlock, which our lock's
+        // Acquire pairs with.
+        Taken::Clean => (state[0].load(Ordering::Relaxed), state[1].load(Ordering::Relaxed)),
+        // The dead holder may have moved its index without saving its copy. Relaxed for our own
+        // index (nobody else moves it); Acquire for the other side's.
+        Taken::FromDead => (
+            ring::index(own.load(Ordering::Relaxed)),
+            ring::index(other.load(Ordering::Acquire)),
+        ),
     }
 }
 
@@ -173,22 +206,20 @@ impl Shared {
 
     /// Takes the write side and reads its state from the region.
     pub(crate) fn lock_write(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
-        self.header().write_lock.lock(wait)?;
-        // A dead holder's unpublished slots are beyond head: nothing to recover.
+        let h = self.header();
+        let taken = h.write_lock.lock(wait)?;
+        // A dead holder's unpublished slots are beyond head: nothing else to recover.
+        let (head, cached_tail) =
+            load_side_state(&h.side_state[W], taken, &h.head.word, &h.tail.word);
         let mut g = WriteGuard {
             sh: self,
-            head: 0,
-            cached_tail: 0,
+            head,
+            cached_tail,
             ring_size: 1,
             limit: 1,
         };
         g.ring_size = self.region.ring_size()?;
         g.limit = self.region.max_usage(g.ring_size)? as u64;
-        // Relaxed: only write-side holders move head, and we hold it (the lock's Acquire orders
-        // the previous holder's update); readers only set the WAITING bit.
-        g.head = ring::index(self.header().head.word.load(Ordering::Relaxed));
-        // Acquire: pairs with the reader's Release tail RMW (its last reads of freed pages).
-        g.cached_tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
         check_indices(g.head, g.cached_tail, g.ring_size)?;
         Ok(g)
     }
@@ -196,20 +227,19 @@ impl Shared {
     /// Takes the read side and reads its state from the region; after a reader that died
     /// holding it, skips the slots it had released but not yet handed back.
     pub(crate) fn lock_read(&self, wait: lock::Wait) -> io::Result<ReadGuard<'_>> {
-        let taken = self.header().read_lock.lock(wait)?;
+        let h = self.header();
+        let taken = h.read_lock.lock(wait)?;
+        let (tail, cached_head) =
+            load_side_state(&h.side_state[R], taken, &h.tail.word, &h.head.word);
         let mut g = ReadGuard {
             sh: self,
-            tail: 0,
-            cached_head: 0,
+            tail,
+            cached_head,
             ring_size: 1,
             limit: 1,
         };
         g.ring_size = self.region.ring_size()?;
         g.limit = self.region.max_usage(g.ring_size)? as u64;
-        // Relaxed: only read-side holders move tail (ordered by the lock's Acquire).
-        g.tail = ring::index(self.header().tail.word.load(Ordering::Relaxed));
-        // Acquire: pairs with the writer's Release head RMW, publishing slots and pages.
-        g.cached_head = ring::index(self.header().head.word.load(Ordering::Acquire));
         check_indices(g.cached_head, g.tail, g.ring_size)?;
         if taken == Taken::FromDead {
             let ring = g.ring();
@@ -448,9 +478,12 @@ impl Shared {
         let ss = self.config().slot_size;
         let new_ring = ring_size_for(bytes, ss)?;
         let wait = lock::Wait::Until(deadline);
-        let ws = self.lock_write(wait)?;
-        let rs = self.lock_read(wait)?;
+        let mut ws = self.lock_write(wait)?;
+        let mut rs = self.lock_read(wait)?;
         let (head, tail, old_ring) = (ws.head, rs.tail, ws.ring_size);
+        // Holding both sides, each side's view of the other is exact: the cached indices stay
+        // within the new ring.
+        (ws.cached_tail, rs.cached_head) = (tail, head);
         check_indices(head, tail, old_ring)?;
         let queued = ring::occupancy(head, tail) as usize;
         if new_ring < queued {

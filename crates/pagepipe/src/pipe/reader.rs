@@ -125,7 +125,10 @@ impl Reader {
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
             let eof = self.end.peer_gone(false);
-            let rs = sh.lock_read(sh.lock_wait(R, deadline))?;
+            let mut rs = sh.lock_read(sh.lock_wait(R, deadline))?;
+            // Acquire: pairs with the writer's Release head RMW.
+            rs.cached_head = ring::index(sh.header().head.word.load(Ordering::Acquire));
+            super::check_indices(rs.cached_head, rs.tail, rs.ring_size)?;
             if rs.cached_head != rs.tail || eof {
                 let ring = rs.ring();
                 for i in rs.tail..rs.cached_head {
