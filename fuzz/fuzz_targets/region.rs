@@ -108,7 +108,12 @@ fuzz_target!(|input: &[u8]| {
             }
             _ => {
                 // Poke: an aligned u64 in the header, the slot table or the first arena pages.
-                let off = (arg(&mut it) * 8) % (4096 + 64 * 1024 + 4096).min(len);
+                let mut off = (arg(&mut it) * 8) % (4096 + 64 * 1024 + 4096).min(len);
+                if (912..936).contains(&off) {
+                    // The shared O_NONBLOCK and timeout words: a peer clearing them makes our
+                    // calls blocking by design (as fcntl on a shared descriptor would).
+                    off += 24;
+                }
                 let mut v = [0u8; 8];
                 for b in &mut v {
                     *b = it.next().unwrap_or(0);

@@ -130,7 +130,12 @@ impl SideLock {
                 // through the shared memory anyway (it can release nothing any more).
                 if self
                     .word
-                    .compare_exchange(cur, me | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(
+                        cur,
+                        me | (cur & WAITERS),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
                 {
                     return Ok(Taken::FromDead);

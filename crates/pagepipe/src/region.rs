@@ -79,6 +79,16 @@ pub(crate) struct Header {
     pub(crate) nonblocking: [ColdU32; 2],
     /// Read and write timeouts in nanoseconds (0: none), like `SO_RCVTIMEO` / `SO_SNDTIMEO`.
     pub(crate) timeout_ns: [ColdU64; 2],
+    /// Readiness: the side lock of the readiness state below, taken only while some process
+    /// polls an end (see `pipe::End::sync`).
+    pub(crate) sig_lock: Padded<SideLock>,
+    /// Someone polls the reader's descriptor ([`R`]) or the writer's ([`W`]): from then on every
+    /// transition keeps the descriptors' state exact. Sticky. SeqCst with the index RMWs (see
+    /// `pipe::End::sync`).
+    pub(crate) polled: [ColdU32; 2],
+    /// Whether the readable pipe ([`R`]) and the full pipe ([`W`]) hold their one byte; written
+    /// under `sig_lock`.
+    pub(crate) charged: [ColdU32; 2],
     /// Each side's private state, read and written only by that side's lock holder (the lock
     /// orders it): `[head, cached tail]` of the write side, `[tail, cached head]` of the read
     /// side. A holder that takes a side over from a dead one reloads it from the index words.
@@ -104,8 +114,10 @@ const _: () = {
     assert!(offset_of!(Header, write_lock) == 640);
     assert!(offset_of!(Header, read_lock) == 768);
     assert!(offset_of!(Header, ring_size) == 896);
-    assert!(offset_of!(Header, side_state) == 936);
-    assert!(offset_of!(Header, closes) == 968);
+    assert!(offset_of!(Header, sig_lock) == 1024);
+    assert!(offset_of!(Header, polled) == 1152);
+    assert!(offset_of!(Header, side_state) == 1168);
+    assert!(offset_of!(Header, closes) == 1200);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(align_of::<Header>() <= PAGE_SIZE);
     assert!(size_of::<Slot>() == 64);
@@ -226,7 +238,9 @@ fn encode_policy(p: PoolPolicy) -> [u32; 3] {
 
 fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
     Ok(match v[0] {
-        0 => PoolPolicy::Adaptive { keep: v[1] as usize },
+        0 => PoolPolicy::Adaptive {
+            keep: v[1] as usize,
+        },
         1 => PoolPolicy::Unified {
             keep: v[1] as usize,
             burst: v[2] as usize,
@@ -284,6 +298,9 @@ impl Region {
             dropped: ColdU64::new(0),
             nonblocking: [ColdU32::new(0), ColdU32::new(0)],
             timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
+            sig_lock: Padded(SideLock::new()),
+            polled: [ColdU32::new(0), ColdU32::new(0)],
+            charged: [ColdU32::new(0), ColdU32::new(0)],
             side_state: [
                 [ColdU64::new(0), ColdU64::new(0)],
                 [ColdU64::new(0), ColdU64::new(0)],
@@ -310,7 +327,7 @@ impl Region {
     fn from_backing(backing: Backing, layout: Layout, config: Config, max_ring: usize) -> Region {
         let base = backing.map.as_ptr();
         debug_assert!(layout.total <= backing.map.len());
-        // SAFETY (all three): the offsets come from `layout`, which the mapping's length covers
+        // SAFETY: (all three) the offsets come from `layout`, which the mapping's length covers
         // (checked by the callers), and a mapping is never at address 0.
         let (header, slots, arena) = unsafe {
             (
@@ -344,8 +361,11 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
+        h.charged[R].store(1, Ordering::Relaxed); // see pipe::create
         for pos in 0..ring_size {
-            self.slot(pos).state.store(RELEASED | DROPPED, Ordering::Relaxed);
+            self.slot(pos)
+                .state
+                .store(RELEASED | DROPPED, Ordering::Relaxed);
         }
     }
 
@@ -476,7 +496,10 @@ impl Region {
 
     /// Gives the pages of `count` positions from `first` back to the OS.
     pub(crate) fn drop_pages(&self, first: usize, count: usize) {
-        assert!(first + count <= self.max_ring, "page range out of the region");
+        assert!(
+            first + count <= self.max_ring,
+            "page range out of the region"
+        );
         #[cfg(not(loom))]
         {
             let ss = self.config.slot_size;
@@ -487,13 +510,12 @@ impl Region {
 
     /// Faults in the pages of `count` positions from `first` (contents unchanged).
     pub(crate) fn populate(&self, first: usize, count: usize) {
-        assert!(first + count <= self.max_ring, "page range out of the region");
-        #[cfg(not(loom))]
-        crate::sys::advise_raw_populate(
-            self.page(first),
-            0,
-            count * self.config.slot_size,
+        assert!(
+            first + count <= self.max_ring,
+            "page range out of the region"
         );
+        #[cfg(not(loom))]
+        crate::sys::advise_raw_populate(self.page(first), 0, count * self.config.slot_size);
     }
 
     /// Resident 4 KiB pages of position `pos`'s page (`mincore(2)`).

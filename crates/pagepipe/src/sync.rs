@@ -15,7 +15,9 @@ pub(crate) use std::sync::atomic::Ordering;
 /// use or with both sides held, advisory counters, process-local caches): std's even under
 /// loom, so models explore the protocol words (indices, slot states, futexes, locks, closes)
 /// and not these.
-pub(crate) use std::sync::atomic::{AtomicBool as ColdBool, AtomicU32 as ColdU32, AtomicU64 as ColdU64};
+pub(crate) use std::sync::atomic::{
+    AtomicBool as ColdBool, AtomicU32 as ColdU32, AtomicU64 as ColdU64,
+};
 use std::time::Duration;
 
 /// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe.

@@ -210,15 +210,7 @@ pub(crate) fn futex_wait_shared(
     // SAFETY: the kernel only reads the u32 at `word` (callers pass a live, aligned word of a
     // mapping they hold) and `ts_ptr` is null or a timespec that outlives the call. A bad
     // address is EFAULT, not undefined behaviour.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAIT,
-            expected,
-            ts_ptr,
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAIT, expected, ts_ptr) };
     !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
 }
 
@@ -400,7 +392,10 @@ pub(crate) fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[RawFd]) -> i
             return if rc as usize == payload.len() {
                 Ok(())
             } else {
-                Err(io::Error::new(io::ErrorKind::WriteZero, "short sendmsg of an end"))
+                Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short sendmsg of an end",
+                ))
             };
         }
         let e = io::Error::last_os_error();
@@ -489,6 +484,66 @@ pub(crate) fn thread_start_time(tid: u32) -> Option<u32> {
     // Field 22 (starttime) is the 20th after the state.
     let start: u64 = fields.nth(18)?.parse().ok()?;
     Some(start as u32)
+}
+
+/// Writes one byte to a non-blocking descriptor (`write(2)`); a full pipe is `WouldBlock`.
+pub(crate) fn write_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let b = 1u8;
+    loop {
+        // SAFETY: writes one byte from a live local.
+        let rc = unsafe { libc::write(fd.as_raw_fd(), (&b as *const u8).cast(), 1) };
+        if rc == 1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if rc < 0 && e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// Reads one byte from a non-blocking descriptor (`read(2)`); an empty pipe is `WouldBlock`.
+pub(crate) fn read_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut b = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into a live local.
+        let rc = unsafe { libc::read(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+        if rc == 1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if rc < 0 && e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Err(if rc == 0 {
+            io::Error::from(io::ErrorKind::UnexpectedEof)
+        } else {
+            e
+        });
+    }
+}
+
+/// Bytes queued in a kernel pipe, asked through either end (`ioctl(2)`, `FIONREAD`).
+pub(crate) fn fionread(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer we pass.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(n as usize)
+}
+
+/// Sets a kernel pipe's capacity (`fcntl(2)`, `F_SETPIPE_SZ`).
+pub(crate) fn set_pipe_size(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    // SAFETY: fcntl on a borrowed descriptor touches no user memory.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) }).map(drop)
+}
+
+/// Sets `O_NONBLOCK` on the open file description of `fd`.
+pub(crate) fn set_fd_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl on a borrowed descriptor touches no user memory.
+    let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) }).map(drop)
 }
 
 /// Registers fork handlers around `fork(2)` (`pthread_atfork(3)`).

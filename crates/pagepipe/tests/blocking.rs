@@ -327,7 +327,8 @@ fn timeouts_expire_as_timed_out() {
     );
     assert!(t.elapsed() >= Duration::from_millis(30));
     // A write that fills the pipe and then times out returns the partial count.
-    w.set_write_timeout(Some(Duration::from_millis(30))).unwrap();
+    w.set_write_timeout(Some(Duration::from_millis(30)))
+        .unwrap();
     assert_eq!((&w).write(&[1u8; 70000]).unwrap(), 65536);
     assert_eq!(
         (&w).write(&[1u8; 10]).unwrap_err().kind(),
@@ -388,7 +389,11 @@ fn write_vectored_is_one_atomic_write() {
                     let head = [id; 1000];
                     let body = [id; 2000];
                     let tail = [id; 1096]; // 4096 bytes in all: PIPE_BUF
-                    let bufs = [IoSlice::new(&head), IoSlice::new(&body), IoSlice::new(&tail)];
+                    let bufs = [
+                        IoSlice::new(&head),
+                        IoSlice::new(&body),
+                        IoSlice::new(&tail),
+                    ];
                     assert_eq!((&w).write_vectored(&bufs).unwrap(), 4096);
                 }
             })
@@ -406,7 +411,10 @@ fn write_vectored_is_one_atomic_write() {
     let all = reader.join().unwrap();
     assert_eq!(all.len(), 4 * 500 * 4096);
     for rec in all.chunks(4096) {
-        assert!(rec.iter().all(|&b| b == rec[0]), "interleaved vectored write");
+        assert!(
+            rec.iter().all(|&b| b == rec[0]),
+            "interleaved vectored write"
+        );
     }
     // Over PIPE_BUF, the buffers still form one write with Linux's merge rule.
     let (w, r) = pipe().unwrap();

@@ -219,7 +219,9 @@ fn serve(mut sock: std::os::unix::net::UnixStream, r: Reader) {
                     buf
                 })
             }
-            b'c' => r.set_capacity(arg).map(|c| (c as u64).to_le_bytes().to_vec()),
+            b'c' => r
+                .set_capacity(arg)
+                .map(|c| (c as u64).to_le_bytes().to_vec()),
             _ => return,
         };
         let mut reply = vec![0u8; 9];
@@ -256,7 +258,12 @@ fn run(ops: &[Op], packet: bool, policy: PoolPolicy) -> Result<(), TestCaseError
 /// A forked child inherits every descriptor of the process, as with `pipe(2)`: so that it
 /// holds no end of a pipe another test thread is using, local cases hold [`FORKS`] shared for
 /// their whole run, and a fork happens only with it held exclusively.
-fn run_with(ops: &[Op], packet: bool, policy: PoolPolicy, remote: bool) -> Result<(), TestCaseError> {
+fn run_with(
+    ops: &[Op],
+    packet: bool,
+    policy: PoolPolicy,
+    remote: bool,
+) -> Result<(), TestCaseError> {
     // SAFETY: ignoring SIGPIPE process-wide so EPIPE comes back as an error (Rust's runtime does
     // this too; be explicit).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -278,7 +285,9 @@ fn run_with(ops: &[Op], packet: bool, policy: PoolPolicy, remote: bool) -> Resul
     // After the fork: the child must not hold the kernel pipe's descriptors.
     let mut k = Kernel::new(packet);
     prop_assume!(k.capacity() == 65536, "kernel pipe did not start at 64 KiB");
+    prop_assert_eq!(poll_masks(&k, &ours), (None, None), "before any operation");
     let mut seq = 0u64;
+    let mut resized_without_reader = false;
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Write(len) => {
@@ -331,8 +340,61 @@ fn run_with(ops: &[Op], packet: bool, policy: PoolPolicy, remote: bool) -> Resul
                 }
             }
         }
+        if matches!(op, Op::SetCapacity(_)) && (ours.r.is_none() || remote) {
+            // Documented deviation: a resize in a process without a reader cannot update the
+            // writer's descriptor (only readers drain it); it catches up at the next read. With
+            // no reader left at all it keeps the POLLOUT bit it had.
+            resized_without_reader = true;
+        }
+        let masks = poll_masks(&k, &ours);
+        let masks = if resized_without_reader {
+            (masks.0, None)
+        } else {
+            masks
+        };
+        prop_assert_eq!(masks, (None, None), "poll after op {} {:?}", i, op);
+        if matches!(op, Op::Read(_)) && ours.r.is_some() {
+            resized_without_reader = false;
+        }
     }
     Ok(())
+}
+
+/// `poll(2)` of one descriptor, now: the bits a pipe end can report.
+fn mask(fd: i32, events: i16) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 0) },
+        i32::from(p.revents != 0)
+    );
+    p.revents & (libc::POLLIN | libc::POLLOUT | libc::POLLHUP | libc::POLLERR)
+}
+
+/// The reader's and the writer's poll masks where kernel and pagepipe differ: `(None, None)`
+/// when they agree (a remote reader is polled only through its writer).
+#[allow(clippy::type_complexity)]
+fn poll_masks(k: &Kernel, ours: &Ours) -> (Option<(i16, i16)>, Option<(i16, i16)>) {
+    let both = libc::POLLIN | libc::POLLOUT;
+    let r = match (&k.r, &ours.r) {
+        (Some(kr), Some(OurReader::Local(or))) => {
+            let pair = (mask(kr.as_raw_fd(), both), mask(or.as_raw_fd(), both));
+            (pair.0 != pair.1).then_some(pair)
+        }
+        _ => None,
+    };
+    let w = match (&k.w, &ours.w) {
+        (Some(kw), Some(ow)) => {
+            let pair = (mask(kw.as_raw_fd(), both), mask(ow.as_raw_fd(), both));
+            (pair.0 != pair.1).then_some(pair)
+        }
+        _ => None,
+    };
+    (r, w)
 }
 
 proptest! {

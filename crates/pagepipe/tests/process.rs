@@ -121,7 +121,10 @@ fn end_of_file_waits_for_the_childs_writer() {
     let mut got = Vec::new();
     r.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"late");
-    assert!(t.elapsed() >= Duration::from_millis(150), "end of file came early");
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "end of file came early"
+    );
     assert_eq!(reap(child), 0);
 }
 
@@ -197,7 +200,10 @@ fn a_write_lock_held_by_a_killed_process_is_taken_over() {
     drop(w);
     let mut got = Vec::new();
     (&r).read_to_end(&mut got).unwrap();
-    assert_eq!(got, b"after", "an uncommitted chunk of a dead writer leaked");
+    assert_eq!(
+        got, b"after",
+        "an uncommitted chunk of a dead writer leaked"
+    );
 }
 
 #[test]
@@ -240,8 +246,9 @@ fn record(writer: u8, seq: u32, payload_len: usize) -> Vec<u8> {
 }
 
 fn fnv(b: &[u8]) -> u32 {
-    b.iter()
-        .fold(0x811c_9dc5u32, |h, &x| (h ^ u32::from(x)).wrapping_mul(0x0100_0193))
+    b.iter().fold(0x811c_9dc5u32, |h, &x| {
+        (h ^ u32::from(x)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Checks a stream of whole records; returns the number of records per writer. Panics on a
@@ -257,7 +264,11 @@ fn check_stream(mut s: &[u8], writers: usize) -> Vec<u32> {
         assert_eq!(fnv(&rec[..len - 4]), sum, "corrupt record");
         let w = usize::from(rec[2]);
         let seq = u32::from_le_bytes(rec[3..7].try_into().unwrap());
-        assert_eq!(seq, next[w], "writer {w}: record {seq} where {} was due", next[w]);
+        assert_eq!(
+            seq, next[w],
+            "writer {w}: record {seq} where {} was due",
+            next[w]
+        );
         next[w] += 1;
         s = rest;
     }
@@ -400,9 +411,14 @@ fn an_exec_child_inherits_an_end() {
     let _serial = serial();
     let (w, mut r) = pipe().unwrap();
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "exec_child_entry", "--nocapture", "--test-threads=1"])
-        .env("PAGEPIPE_TEST_EXEC_CHILD", "1")
-        .stdout(std::process::Stdio::null());
+    cmd.args([
+        "--exact",
+        "exec_child_entry",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("PAGEPIPE_TEST_EXEC_CHILD", "1")
+    .stdout(std::process::Stdio::null());
     w.pass_to(&mut cmd, "PAGEPIPE_W").unwrap();
     let mut child = cmd.spawn().unwrap();
     drop(cmd); // drops the Command's clone of the writer

@@ -11,13 +11,18 @@
 //!   uncontended read or write makes no syscall and a live sleeper is never missed; a peer that
 //!   died cannot wake anyone, so every tick a sleeper asks the kernel whether the other end
 //!   still has a holder.
-//! - Which processes hold an end is counted by the kernel: every pipe has a small kernel pipe,
-//!   its *life pipe*, whose write end every process holding a [`Writer`] keeps open and whose
-//!   read end every process holding a [`Reader`] keeps open. Descriptors follow `fork`,
+//! - Which processes hold an end is counted by the kernel, through two small kernel pipes per
+//!   pagepipe, its *signal pipes*. Every process holding a [`Writer`] keeps the write ends of
+//!   both open, every process holding a [`Reader`] their read ends; descriptors follow `fork`,
 //!   `SCM_RIGHTS` and exec like the ends they stand for, and the kernel closes them when a
-//!   process exits or is killed: the reader's descriptor polls `POLLHUP` exactly when no process
-//!   holds a writer, the writer's `POLLERR` when none holds a reader. A process that closes its
-//!   last handle of an end bumps a counter in the region, so the other side knows when to ask.
+//!   process exits or is killed. So the *readable* pipe's read end polls `POLLHUP` exactly when
+//!   no process holds a writer, and the *full* pipe's write end `POLLERR` when none holds a
+//!   reader. A process that closes its last handle of an end bumps a counter in the region, so
+//!   the other side knows when to ask the kernel.
+//! - The same two descriptors are what [`Reader`] and [`Writer`] hand out as `AsFd`: once some
+//!   process polls an end, the readable pipe holds one byte exactly while the ring holds data,
+//!   and the full pipe (one page of capacity) one byte exactly while the ring is full, so
+//!   `poll(2)` and `epoll(7)` see what they would see on a kernel pipe (see [`End::sync`]).
 //! - The ring's geometry changes only in `set_capacity`, which holds both sides, in place.
 
 #[cfg(all(test, loom))]
@@ -25,6 +30,8 @@ mod loom_tests;
 #[cfg(not(loom))]
 mod pass;
 mod reader;
+#[cfg(not(loom))]
+mod ready;
 mod writer;
 
 pub use reader::{ReadChunk, Reader};
@@ -44,7 +51,11 @@ pub(crate) struct Shared {
     /// `index(head)` seen by the idle trimmer's last tick.
     #[cfg(not(loom))]
     idle_mark: std::sync::atomic::AtomicU64,
-    /// Ends open in this (only) process: loom's stand-in for the life pipe.
+    /// This process's end of each side of this mapping, if it has one: `set_capacity` changes
+    /// state that either side may have to reflect in its descriptor.
+    #[cfg(not(loom))]
+    local: [std::sync::Mutex<std::sync::Weak<End>>; 2],
+    /// Ends open in this (only) process: loom's stand-in for the signal pipes.
     #[cfg(loom)]
     open: [crate::sync::AtomicUsize; 2],
 }
@@ -129,18 +140,33 @@ fn load_side_state(
     taken: Taken,
     own: &AtomicU64,
     other: &AtomicU64,
-) -> (u64, u64) {
-    match taken {
+) -> io::Result<(u64, u64)> {
+    let (mine, theirs) = match taken {
         // Relaxed: written by the previous holder before its Release unlock, which our lock's
         // Acquire pairs with.
-        Taken::Clean => (state[0].load(Ordering::Relaxed), state[1].load(Ordering::Relaxed)),
+        Taken::Clean => (
+            state[0].load(Ordering::Relaxed),
+            state[1].load(Ordering::Relaxed),
+        ),
         // The dead holder may have moved its index without saving its copy. Relaxed for our own
         // index (nobody else moves it); Acquire for the other side's.
         Taken::FromDead => (
             ring::index(own.load(Ordering::Relaxed)),
             ring::index(other.load(Ordering::Acquire)),
         ),
+    };
+    // Between holders the copy equals the index word (only holders move it, and they save the
+    // copy before releasing): a mismatch is a corrupt region, which would otherwise make a
+    // sleeper see data (or room) that the side cannot find. Not in loom models: it validates
+    // memory, not the protocol.
+    #[cfg(not(loom))]
+    if taken == Taken::Clean && ring::index(own.load(Ordering::Relaxed)) != mine {
+        return Err(invalid(format!(
+            "a side's saved index {mine} differs from its index word {}",
+            ring::index(own.load(Ordering::Relaxed))
+        )));
     }
+    Ok((mine, theirs))
 }
 
 impl WriteGuard<'_> {
@@ -161,9 +187,12 @@ impl ReadGuard<'_> {
     }
 }
 
-/// Checks that `head` and `tail` (indices) describe at most `ring` queued slots.
+/// Checks that `head` and `tail` (indices) describe at most `ring` queued slots: `tail <= head
+/// <= tail + ring`, both below 2^62 (an index word holds 63 bits, and 2^62 slots are never
+/// reached), so index arithmetic on them cannot overflow.
 pub(crate) fn check_indices(head: u64, tail: u64, ring: usize) -> io::Result<()> {
-    if head.wrapping_sub(tail) > ring as u64 {
+    const MAX_INDEX: u64 = 1 << 62;
+    if head >= MAX_INDEX || tail > head || head - tail > ring as u64 {
         return Err(invalid(format!(
             "ring indices head {head} tail {tail} do not fit a ring of {ring} slots"
         )));
@@ -177,6 +206,8 @@ impl Shared {
             region,
             #[cfg(not(loom))]
             idle_mark: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(not(loom))]
+            local: Default::default(),
             #[cfg(loom)]
             open: [
                 crate::sync::AtomicUsize::new(0),
@@ -196,6 +227,26 @@ impl Shared {
         shared
     }
 
+    /// Notes `end` as this process's end of its side (see `local`).
+    #[cfg(not(loom))]
+    pub(crate) fn adopt(end: &Arc<End>) {
+        let slot = &end.shared.local[end.side];
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(end);
+    }
+
+    /// After a change either side may have to reflect (a resize): syncs the descriptors of
+    /// every end this process holds. A side held only by other processes catches up at its
+    /// next operation.
+    pub(crate) fn sync_local(&self) {
+        #[cfg(not(loom))]
+        for slot in &self.local {
+            let end = slot.lock().unwrap_or_else(|e| e.into_inner()).upgrade();
+            if let Some(end) = end {
+                end.sync();
+            }
+        }
+    }
+
     pub(crate) fn header(&self) -> &region::Header {
         self.region.header()
     }
@@ -210,7 +261,7 @@ impl Shared {
         let taken = h.write_lock.lock(wait)?;
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
         let (head, cached_tail) =
-            load_side_state(&h.side_state[W], taken, &h.head.word, &h.tail.word);
+            load_side_state(&h.side_state[W], taken, &h.head.word, &h.tail.word)?;
         let mut g = WriteGuard {
             sh: self,
             head,
@@ -230,7 +281,7 @@ impl Shared {
         let h = self.header();
         let taken = h.read_lock.lock(wait)?;
         let (tail, cached_head) =
-            load_side_state(&h.side_state[R], taken, &h.tail.word, &h.head.word);
+            load_side_state(&h.side_state[R], taken, &h.tail.word, &h.head.word)?;
         let mut g = ReadGuard {
             sh: self,
             tail,
@@ -275,8 +326,10 @@ impl Shared {
             return;
         }
         // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
-        // their release) happen before the writer reuses the positions.
-        let old = self.header().tail.word.fetch_add(n * ONE, Ordering::Release);
+        // their release) happen before the writer reuses the positions. SeqCst (free on x86,
+        // where every RMW is a full barrier): the store half of the store-load pair with
+        // End::enable_polling.
+        let old = self.header().tail.word.fetch_add(n * ONE, Ordering::SeqCst);
         self.wake_writers_if_waiting(old);
     }
 
@@ -348,9 +401,7 @@ impl Shared {
         }
         let ring = self.region.ring_size().ok()?;
         let (head, tail) = self.indices();
-        if head.wrapping_sub(tail) > ring as u64 {
-            return None;
-        }
+        check_indices(head, tail, ring).ok()?;
         // Only free positions: the pages of queued data are resident anyway.
         let end = (head + pages as u64).min(tail + ring as u64);
         let first = ring::slot(head, ring);
@@ -459,9 +510,7 @@ impl Shared {
         check_indices(ws.head, tail, ws.ring_size)?;
         let mut n = 0;
         for i in ws.head..tail + ws.ring_size as u64 {
-            n += self
-                .region
-                .resident_pages(ring::slot(i, ws.ring_size))?;
+            n += self.region.resident_pages(ring::slot(i, ws.ring_size))?;
         }
         Ok(n)
     }
@@ -474,7 +523,11 @@ impl Shared {
 
     /// `F_SETPIPE_SZ`: see [`Writer::set_capacity`]. Moves the queued slots to their positions in
     /// the new ring, in place (the region reserved the largest ring when it was made).
-    pub(crate) fn set_capacity(&self, bytes: usize, deadline: Option<Instant>) -> io::Result<usize> {
+    pub(crate) fn set_capacity(
+        &self,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
         let ss = self.config().slot_size;
         let new_ring = ring_size_for(bytes, ss)?;
         let wait = lock::Wait::Until(deadline);
@@ -549,7 +602,8 @@ impl Shared {
             // max_ring; both sides are held.
             unsafe { std::ptr::copy_nonoverlapping(page.as_ptr(), new.page(pos), page.len()) };
             slot.start.store(start, Ordering::Relaxed);
-            slot.state.store(st & !(RELEASED | DROPPED), Ordering::Relaxed);
+            slot.state
+                .store(st & !(RELEASED | DROPPED), Ordering::Relaxed);
         }
         Ok(())
     }
@@ -561,26 +615,39 @@ pub(crate) struct End {
     pub(crate) shared: Arc<Shared>,
     /// [`W`] or [`R`].
     side: usize,
-    /// This process's descriptor of the life pipe: its write end for [`W`], its read end for
-    /// [`R`] (see the module docs). `None` only while dropping.
+    /// This process's descriptors of the signal pipes, `[full, readable]` (indexed by [`FULL`]
+    /// and [`READABLE`]): their write ends for
+    /// [`W`], their read ends for [`R`] (see the module docs). `None` only while dropping.
     #[cfg(not(loom))]
-    life: Option<std::os::fd::OwnedFd>,
+    signals: Option<[std::os::fd::OwnedFd; 2]>,
     /// `closes[other side]` when this end last asked the kernel about the other side.
     peer_seen: ColdU64,
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
     /// copied from live ones).
     peer_gone: ColdBool,
+    /// This process has made the descriptor it hands out exact (see [`End::enable_polling`]).
+    #[cfg(not(loom))]
+    polling: std::sync::Once,
 }
+
+/// Index of the full signal pipe in `End::signals` and in the header's `polled` and `charged`
+/// (the writer's descriptor: [`W`]).
+#[cfg(not(loom))]
+const FULL: usize = W;
+/// Index of the readable signal pipe (the reader's descriptor: [`R`]).
+#[cfg(not(loom))]
+const READABLE: usize = R;
 
 impl End {
     #[cfg(not(loom))]
-    pub(crate) fn new(shared: Arc<Shared>, side: usize, life: std::os::fd::OwnedFd) -> End {
+    pub(crate) fn new(shared: Arc<Shared>, side: usize, signals: [std::os::fd::OwnedFd; 2]) -> End {
         End {
             shared,
             side,
-            life: Some(life),
+            signals: Some(signals),
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
+            polling: std::sync::Once::new(),
         }
     }
 
@@ -592,6 +659,126 @@ impl End {
             side,
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
+        }
+    }
+
+    /// Shares a new end among its handles.
+    pub(crate) fn arc(end: End) -> Arc<End> {
+        let end = Arc::new(end);
+        #[cfg(not(loom))]
+        Shared::adopt(&end);
+        end
+    }
+
+    pub(crate) fn side(&self) -> usize {
+        self.side
+    }
+
+    /// This end's descriptor of signal pipe `which` ([`READABLE`] or [`FULL`]).
+    #[cfg(not(loom))]
+    pub(crate) fn signal(&self, which: usize) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.signals
+            .as_ref()
+            .expect("an end keeps its descriptors until dropped")[which]
+            .as_fd()
+    }
+
+    /// The descriptor this end hands out for polling (the readable pipe's read end for a
+    /// reader, the full pipe's write end for a writer), made exact first.
+    #[cfg(not(loom))]
+    pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.polling.call_once(|| self.enable_polling());
+        self.signal(if self.side == R { READABLE } else { FULL })
+    }
+
+    /// Starts keeping this end's descriptor exact, in every process: sets the region's `polled`
+    /// flag for this side and brings the descriptor to the ring's state. Only this side can:
+    /// while nobody polls, the readable pipe holds its byte (a reader removes it if the ring is
+    /// empty) and the full pipe is empty (a writer adds its byte if the ring is full).
+    #[cfg(not(loom))]
+    fn enable_polling(&self) {
+        let h = self.shared.header();
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+            return; // the region names this thread as holder: corrupt; nothing to make exact
+        };
+        self.recover_signals(taken);
+        let which = if self.side == R { READABLE } else { FULL };
+        // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
+        // each side): either a publisher or consumer sees the flag and syncs after us, or our
+        // reading of the indices below sees its update.
+        h.polled[which].store(1, Ordering::SeqCst);
+        self.sync_locked();
+        h.sig_lock.unlock();
+    }
+
+    /// After a state change by this side (a publication, a consumption, a resize): if some
+    /// process polls, brings the signal pipes this side can change to the ring's state. A
+    /// writer can only add the bytes (it holds the write ends), a reader only remove them, and
+    /// each state change is made by the side that can reflect it: data appears and the ring
+    /// fills only by writes, it empties and frees room only by reads. Transitions are
+    /// serialized by `sig_lock` and each rereads the indices under it, so the last sync after
+    /// the last change leaves both descriptors exact. At most one syscall per transition.
+    #[cfg(not(loom))]
+    pub(crate) fn sync(&self) {
+        let h = self.shared.header();
+        // SeqCst: see enable_polling.
+        if h.polled[R].load(Ordering::SeqCst) == 0 && h.polled[W].load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+            return;
+        };
+        self.recover_signals(taken);
+        self.sync_locked();
+        h.sig_lock.unlock();
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn sync(&self) {}
+
+    /// The body of [`End::sync`], with `sig_lock` held.
+    #[cfg(not(loom))]
+    fn sync_locked(&self) {
+        let sh = &*self.shared;
+        let h = sh.header();
+        let (head, tail) = sh.indices();
+        let occupied = ring::occupancy(head, tail);
+        let want = [
+            occupied >= sh.limit_now(), // FULL
+            occupied != 0,              // READABLE
+        ];
+        for which in [READABLE, FULL] {
+            if h.polled[which].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let charged = h.charged[which].load(Ordering::Relaxed) != 0;
+            let fd = self.signal(which);
+            let done = match (self.side, charged, want[which]) {
+                (W, false, true) => crate::sys::write_byte(fd).map(|()| 1),
+                (R, true, false) => crate::sys::read_byte(fd).map(|()| 0),
+                _ => continue,
+            };
+            // A failure (a peer that lied about the state) is repaired by recover_signals on
+            // the next takeover; the flag keeps what the pipe holds as far as we know.
+            if let Ok(v) = done {
+                h.charged[which].store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// After taking `sig_lock` from a holder that died: the charged flags may not match the
+    /// signal pipes; asks the kernel what they hold.
+    #[cfg(not(loom))]
+    fn recover_signals(&self, taken: Taken) {
+        if taken != Taken::FromDead {
+            return;
+        }
+        let h = self.shared.header();
+        for which in [READABLE, FULL] {
+            if let Ok(n) = crate::sys::fionread(self.signal(which)) {
+                h.charged[which].store(u32::from(n > 0), Ordering::Relaxed);
+            }
         }
     }
 
@@ -619,16 +806,17 @@ impl End {
 
     #[cfg(not(loom))]
     fn ask_kernel(&self) -> bool {
-        use std::os::fd::AsFd;
-        let Some(fd) = self.life.as_ref() else {
+        if self.signals.is_none() {
             return false;
-        };
-        let gone = if self.side == R {
-            libc::POLLHUP
+        }
+        // A reader asks its readable pipe's read end (POLLHUP: no writer holds the write end);
+        // a writer its full pipe's write end (POLLERR: no reader holds the read end).
+        let (fd, gone) = if self.side == R {
+            (self.signal(READABLE), libc::POLLHUP)
         } else {
-            libc::POLLERR
+            (self.signal(FULL), libc::POLLERR)
         };
-        let gone = crate::sys::poll_now(fd.as_fd(), 0) & gone != 0;
+        let gone = crate::sys::poll_now(fd, 0) & gone != 0;
         if gone {
             // Acquire: the peers' last publications happened before their descriptors closed,
             // which the kernel's poll observed; our later loads of head/tail must see them.
@@ -680,7 +868,7 @@ impl Drop for End {
         // Close our descriptor of the end first: a peer that sees the bump below and asks the
         // kernel must not count us.
         #[cfg(not(loom))]
-        drop(self.life.take());
+        drop(self.signals.take());
         #[cfg(loom)]
         // AcqRel: Release pairs with the Acquire load in ask_kernel (our publications happen
         // before a peer sees the end closed); Acquire orders other ends' drops.
@@ -705,7 +893,13 @@ fn sleep_until(
     ready: impl Fn(bool) -> bool,
     deadline: Option<Instant>,
 ) -> io::Result<()> {
-    if spin_until(|| ready(false)) {
+    let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "pipe operation timed out");
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(timed_out()); // also bounds a caller that keeps finding nothing to do
+    }
+    // After spinning, ask the kernel once before sleeping: a peer killed meanwhile bumped no
+    // counter, and a sleeper should not wait a tick to see it gone.
+    if spin_until(|| ready(false)) || ready(true) {
         return Ok(());
     }
     loop {
@@ -721,10 +915,7 @@ fn sleep_until(
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "pipe operation timed out",
-                ));
+                return Err(timed_out());
             }
             tick = tick.min(d - now);
         }
@@ -812,15 +1003,25 @@ pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<(Writer, Re
     let shared = Shared::open(Region::create(ring_size, config)?);
     #[cfg(not(loom))]
     let (w, r) = {
-        let (life_r, life_w) = crate::sys::os_pipe()?;
+        use std::os::fd::AsFd;
+        let (readable_r, readable_w) = crate::sys::os_pipe()?;
+        let (full_r, full_w) = crate::sys::os_pipe()?;
+        for fd in [&readable_r, &readable_w, &full_r, &full_w] {
+            crate::sys::set_fd_nonblocking(fd.as_fd())?;
+        }
+        // One byte fills it: the writer's descriptor polls POLLOUT exactly while it is empty.
+        crate::sys::set_pipe_size(full_w.as_fd(), PAGE_SIZE)?;
+        // Nobody polls yet: the readable pipe starts charged (see End::enable_polling).
+        crate::sys::write_byte(readable_w.as_fd())?;
+        // Indexed by FULL (0) and READABLE (1).
         (
-            End::new(shared.clone(), W, life_w),
-            End::new(shared, R, life_r),
+            End::new(shared.clone(), W, [full_w, readable_w]),
+            End::new(shared, R, [full_r, readable_r]),
         )
     };
     #[cfg(loom)]
     let (w, r) = (End::new(shared.clone(), W), End::new(shared, R));
-    Ok((Writer { end: Arc::new(w) }, Reader { end: Arc::new(r) }))
+    Ok((Writer { end: End::arc(w) }, Reader { end: End::arc(r) }))
 }
 
 #[cfg(not(loom))]

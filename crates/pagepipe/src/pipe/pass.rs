@@ -1,6 +1,6 @@
 //! Handing an end to another process: over a Unix socket (`SCM_RIGHTS`) or to a child program
-//! (inherited descriptors named by an environment variable). An end travels as two
-//! descriptors: the region's memory file and this end's descriptor of the life pipe.
+//! (inherited descriptors named by an environment variable). An end travels as three
+//! descriptors: the region's memory file and this end's descriptors of the two signal pipes.
 
 use super::{End, Reader, Shared, Writer};
 use crate::region::{invalid, Region, R, W};
@@ -24,24 +24,25 @@ fn side_name(side: usize) -> &'static str {
 }
 
 impl End {
-    fn life_fd(&self) -> RawFd {
-        self.life
-            .as_ref()
-            .expect("an end keeps its life descriptor until dropped")
-            .as_raw_fd()
+    /// The descriptors an end travels as: memory file, full pipe, readable pipe.
+    fn raw_fds(&self) -> [RawFd; 3] {
+        [
+            self.shared.region.memfd().as_raw_fd(),
+            self.signal(0).as_raw_fd(),
+            self.signal(1).as_raw_fd(),
+        ]
     }
 
     fn send_to(&self, sock: &UnixStream) -> io::Result<()> {
         let mut msg = [0u8; 7];
         msg[..6].copy_from_slice(TAG);
-        msg[6] = self.side as u8;
-        let fds = [self.shared.region.memfd().as_raw_fd(), self.life_fd()];
-        sys::send_fds(sock.as_fd(), &msg, &fds)
+        msg[6] = self.side() as u8;
+        sys::send_fds(sock.as_fd(), &msg, &self.raw_fds())
     }
 
     fn recv_from(sock: &UnixStream, side: usize) -> io::Result<End> {
         let mut msg = [0u8; 16];
-        let (n, fds) = sys::recv_fds(sock.as_fd(), &mut msg, 2)?;
+        let (n, fds) = sys::recv_fds(sock.as_fd(), &mut msg, 3)?;
         if n == 0 && fds.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -60,17 +61,19 @@ impl End {
                 side_name(side)
             )));
         }
-        let Ok([memfd, life]) = <[OwnedFd; 2]>::try_from(fds) else {
-            return Err(invalid("a pagepipe end carries two descriptors"));
+        let Ok([memfd, a, b]) = <[OwnedFd; 3]>::try_from(fds) else {
+            return Err(invalid("a pagepipe end carries three descriptors"));
         };
-        check_life(life.as_fd(), side)?;
-        End::attach(memfd, life, side)
+        End::attach(memfd, [a, b], side)
     }
 
-    /// Maps a received region and makes this process's end of it.
-    fn attach(memfd: OwnedFd, life: OwnedFd, side: usize) -> io::Result<End> {
+    /// Checks the signal descriptors, maps a received region and makes this process's end.
+    fn attach(memfd: OwnedFd, signals: [OwnedFd; 2], side: usize) -> io::Result<End> {
+        for fd in &signals {
+            check_signal(fd.as_fd(), side)?;
+        }
         let region = Region::attach(memfd)?;
-        Ok(End::new(Shared::open(region), side, life))
+        Ok(End::new(Shared::open(region), side, signals))
     }
 
     fn pass_to(self: &Arc<End>, cmd: &mut Command, var: &str) -> io::Result<()> {
@@ -80,8 +83,12 @@ impl End {
                 format!("{var:?} is not a valid environment variable name"),
             ));
         }
-        let (memfd, life) = (self.shared.region.memfd().as_raw_fd(), self.life_fd());
-        cmd.env(var, format!("pagepipe:{}:{memfd}:{life}", side_name(self.side)));
+        let fds = self.raw_fds();
+        let [m, a, b] = fds;
+        cmd.env(
+            var,
+            format!("pagepipe:{}:{m}:{a}:{b}", side_name(self.side())),
+        );
         let keep = self.clone();
         // SAFETY: the closure runs in the child between fork and exec; it calls only fcntl
         // (async-signal-safe) and allocates nothing. `keep` holds the descriptors open in the
@@ -89,8 +96,7 @@ impl End {
         unsafe {
             cmd.pre_exec(move || {
                 let _ = &keep;
-                sys::clear_cloexec(memfd)?;
-                sys::clear_cloexec(life)
+                fds.iter().try_for_each(|&fd| sys::clear_cloexec(fd))
             })
         };
         Ok(())
@@ -104,8 +110,12 @@ impl End {
                 format!("environment variable {var}: {e}"),
             )
         })?;
-        let (memfd, life) = parse_env(&value, side)
-            .ok_or_else(|| invalid(format!("{var}={value:?} does not name a pagepipe {}", side_name(side))))?;
+        let fds = parse_env(&value, side).ok_or_else(|| {
+            invalid(format!(
+                "{var}={value:?} does not name a pagepipe {}",
+                side_name(side)
+            ))
+        })?;
         let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
         if taken.iter().any(|v| v == var) {
             return Err(io::Error::new(
@@ -113,45 +123,49 @@ impl End {
                 format!("the pipe end in {var} was already taken by this process"),
             ));
         }
-        if !sys::fd_is_open(memfd) || !sys::fd_is_open(life) {
+        if !fds.iter().all(|&fd| sys::fd_is_open(fd)) {
             return Err(invalid(format!(
                 "{var}={value:?} names descriptors this process does not have (not inherited?)"
             )));
         }
-        // SAFETY: both numbers are open descriptors (checked above), only borrowed for the checks.
-        let (m, l) = unsafe { (BorrowedFd::borrow_raw(memfd), BorrowedFd::borrow_raw(life)) };
-        check_life(l, side)?;
+        // SAFETY: the numbers are open descriptors (checked above), only borrowed for the checks.
+        let [m, a, b] = fds.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+        check_signal(a, side)?;
+        check_signal(b, side)?;
         sys::memfd_info(m)?;
         taken.push(var.to_string());
-        // SAFETY: the descriptors were inherited for us (Writer::pass_to set the variable and
-        // cleared close-on-exec on exactly these), and TAKEN makes this the only owner.
-        let (memfd, life) = unsafe { (OwnedFd::from_raw_fd(memfd), OwnedFd::from_raw_fd(life)) };
-        sys::set_cloexec(memfd.as_fd())?;
-        sys::set_cloexec(life.as_fd())?;
-        End::attach(memfd, life, side)
+        // SAFETY: the descriptors were inherited for us (pass_to set the variable and cleared
+        // close-on-exec on exactly these), and TAKEN makes this the only owner.
+        let [memfd, a, b] = fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        for fd in [&memfd, &a, &b] {
+            sys::set_cloexec(fd.as_fd())?;
+        }
+        End::attach(memfd, [a, b], side)
     }
 }
 
-/// Parses `pagepipe:<side>:<memfd>:<life fd>`.
-fn parse_env(value: &str, side: usize) -> Option<(RawFd, RawFd)> {
+/// Parses `pagepipe:<side>:<memfd>:<full pipe fd>:<readable pipe fd>`.
+fn parse_env(value: &str, side: usize) -> Option<[RawFd; 3]> {
     let mut parts = value.split(':');
     if parts.next()? != "pagepipe" || parts.next()? != side_name(side) {
         return None;
     }
-    let memfd = parts.next()?.parse().ok()?;
-    let life = parts.next()?.parse().ok()?;
-    (parts.next().is_none()).then_some((memfd, life))
+    let mut fds = [0; 3];
+    for fd in &mut fds {
+        *fd = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(fds)
 }
 
-/// Checks that `life` is the right end of a kernel pipe for `side`.
-fn check_life(life: BorrowedFd<'_>, side: usize) -> io::Result<()> {
-    match sys::pipe_end_kind(life)? {
+/// Checks that `fd` is the right end of a kernel pipe for `side`: write ends for a writer.
+fn check_signal(fd: BorrowedFd<'_>, side: usize) -> io::Result<()> {
+    match sys::pipe_end_kind(fd)? {
         Some(is_write) if is_write == (side == W) => Ok(()),
         Some(_) => Err(invalid(format!(
-            "the end's life descriptor is the wrong end of its pipe for a {}",
+            "a signal descriptor of the end is the wrong end of its pipe for a {}",
             side_name(side)
         ))),
-        None => Err(invalid("the end's life descriptor is not a pipe")),
+        None => Err(invalid("a signal descriptor of the end is not a pipe")),
     }
 }
 
@@ -193,7 +207,7 @@ macro_rules! passing {
             /// ```
             pub fn recv_from(sock: &UnixStream) -> io::Result<$end> {
                 Ok($end {
-                    end: Arc::new(End::recv_from(sock, $side)?),
+                    end: End::arc(End::recv_from(sock, $side)?),
                 })
             }
 
@@ -217,7 +231,7 @@ macro_rules! passing {
             /// validation); [`io::ErrorKind::AlreadyExists`] if this process already took it.
             pub fn from_env(var: &str) -> io::Result<$end> {
                 Ok($end {
-                    end: Arc::new(End::from_env(var, $side)?),
+                    end: End::arc(End::from_env(var, $side)?),
                 })
             }
         }
@@ -233,10 +247,11 @@ mod tests {
 
     #[test]
     fn env_values_parse_strictly() {
-        assert_eq!(parse_env("pagepipe:writer:5:6", W), Some((5, 6)));
-        assert_eq!(parse_env("pagepipe:reader:5:6", W), None);
-        assert_eq!(parse_env("pagepipe:writer:5:6:7", W), None);
-        assert_eq!(parse_env("pagepipe:writer:x:6", W), None);
-        assert_eq!(parse_env("other:writer:5:6", W), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6:7", W), Some([5, 6, 7]));
+        assert_eq!(parse_env("pagepipe:reader:5:6:7", W), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6:7:8", W), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6", W), None);
+        assert_eq!(parse_env("pagepipe:writer:x:6:7", W), None);
+        assert_eq!(parse_env("other:writer:5:6:7", W), None);
     }
 }

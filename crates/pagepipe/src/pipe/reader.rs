@@ -2,9 +2,9 @@
 
 use super::writer::{timeout_ns, would_block, PUBLISH_BATCH};
 use super::{End, ReadGuard, Ring, Shared};
+use crate::region::Slot;
 use crate::region::{invalid, DROPPED, END_MASK, PACKET, R, RELEASED};
 use crate::ring;
-use crate::region::Slot;
 use crate::sync::{Arc, Ordering};
 use std::io;
 use std::time::Duration;
@@ -60,10 +60,12 @@ impl Reader {
 
     /// The read timeout set by [`Reader::set_read_timeout`].
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(match self.shared().header().timeout_ns[R].load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        })
+        Ok(
+            match self.shared().header().timeout_ns[R].load(Ordering::Relaxed) {
+                0 => None,
+                ns => Some(Duration::from_nanos(ns)),
+            },
+        )
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
@@ -73,7 +75,11 @@ impl Reader {
 
     /// Resizes the pipe; see [`crate::Writer::set_capacity`].
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
-        self.shared().set_capacity(bytes, self.shared().deadline(R))
+        let cap = self
+            .shared()
+            .set_capacity(bytes, self.shared().deadline(R))?;
+        self.shared().sync_local();
+        Ok(cap)
     }
 
     /// Bytes queued (`FIONREAD`), without taking a lock: a snapshot.
@@ -135,7 +141,10 @@ impl Reader {
                     let (_, slot) = ring.slot(i);
                     slot_range(slot, i, ring)?;
                 }
-                return Ok(ReadChunk { guard: rs });
+                return Ok(ReadChunk {
+                    end: &self.end,
+                    guard: rs,
+                });
             }
             if self.is_nonblocking() {
                 return Err(would_block());
@@ -153,23 +162,27 @@ impl Reader {
         let deadline = sh.deadline(R);
         let max = buf.len();
         let dst = buf.as_mut_ptr();
-        // SAFETY (the sink): `consume` hands runs that fit in `max` bytes at offset `off`, from
-        // ring pages (shared memory, copied raw, never borrowed as a slice) into `buf`, which we
-        // borrow mutably and which cannot overlap the region's mapping.
-        let copy = |off: usize, src: *const u8, len: usize| unsafe {
+        let copy = |off: usize, src: *const u8, len: usize| {
             debug_assert!(off + len <= max);
-            std::ptr::copy_nonoverlapping(src, dst.add(off), len)
+            // SAFETY: `consume` hands runs that fit in `max` bytes at offset `off` (it bounds
+            // each by `max - n` whatever the region says), from inside one ring page (shared
+            // memory, copied raw, never borrowed as a slice) into `buf`, which we borrow
+            // mutably and which cannot overlap the region's mapping.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(off), len) }
         };
         loop {
             let mut rs = sh.lock_read(sh.lock_wait(R, deadline))?;
             let n = consume(sh, &mut rs, max, true, copy)?;
             if n > 0 {
+                self.end.sync();
                 return Ok(n);
             }
             // Seeing no writer means seeing every slot they published (see `End::peer_gone`):
             // look once more before reporting end of file.
             if self.end.peer_gone(false) {
-                return consume(sh, &mut rs, max, true, copy);
+                let n = consume(sh, &mut rs, max, true, copy);
+                self.end.sync();
+                return n;
             }
             if self.is_nonblocking() {
                 return Err(would_block());
@@ -323,6 +336,7 @@ fn release(
 /// them as untrusted input, and copy what you must read twice. pagepipe itself never
 /// interprets them, and checks every offset before it forms a slice.
 pub struct ReadChunk<'a> {
+    end: &'a End,
     guard: ReadGuard<'a>,
 }
 
@@ -334,7 +348,8 @@ impl ReadChunk<'_> {
             let (pos, slot) = ring.slot(i);
             // Acquire: pairs with the writer's Release merge CAS (see `slot_range`). Clamped
             // so that even a value a peer changed since `read_chunk` checked it stays in the page.
-            let end = ((slot.state.load(Ordering::Acquire) & END_MASK) as usize).min(ring.slot_size());
+            let end =
+                ((slot.state.load(Ordering::Acquire) & END_MASK) as usize).min(ring.slot_size());
             let start = (slot.start.load(Ordering::Relaxed) as usize).min(end);
             // SAFETY: start <= end <= slot_size: inside position pos's page; published data
             // that no pagepipe code writes while we hold the read side (see the type's docs).
@@ -363,6 +378,7 @@ impl ReadChunk<'_> {
         // A slot a peer corrupted since read_chunk validated it stops the consumption early;
         // the next read reports it.
         let _ = consume(sh, &mut self.guard, n, false, |_, _, _| {});
+        self.end.sync();
     }
 }
 

@@ -65,10 +65,12 @@ impl Writer {
 
     /// The write timeout set by [`Writer::set_write_timeout`].
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(match self.shared().header().timeout_ns[W].load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        })
+        Ok(
+            match self.shared().header().timeout_ns[W].load(Ordering::Relaxed) {
+                0 => None,
+                ns => Some(Duration::from_nanos(ns)),
+            },
+        )
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
@@ -103,7 +105,11 @@ impl Writer {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
-        self.shared().set_capacity(bytes, self.shared().deadline(W))
+        let cap = self
+            .shared()
+            .set_capacity(bytes, self.shared().deadline(W))?;
+        self.shared().sync_local();
+        Ok(cap)
     }
 
     /// Spare pages the pipe's pool holds resident (pages at free slot positions that the next
@@ -156,6 +162,7 @@ impl Writer {
             let free = ws.limit.saturating_sub(ring::occupancy(ws.head, tail));
             if free > 0 {
                 return Ok(WriteChunk {
+                    end: &self.end,
                     guard: ws,
                     free: free as usize,
                 });
@@ -183,7 +190,9 @@ impl Writer {
         sh.adopt_prefill(&ws, prefilled);
         let mut done = merge(sh, &ws, src)?;
         let result = loop {
-            done += fill(sh, &mut ws, src)?;
+            let filled = fill(sh, &mut ws, src);
+            self.end.sync();
+            done += filled?;
             if done == total {
                 break Ok(done);
             }
@@ -381,7 +390,11 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
         unsafe { src.copy_to(ring.page(pos), len) };
         src.advance(len);
     }
-    let flags = if sh.config().packet { PACKET } else { CAN_MERGE };
+    let flags = if sh.config().packet {
+        PACKET
+    } else {
+        CAN_MERGE
+    };
     slot.start.store(0, Ordering::Relaxed);
     slot.state.store(len as u64 | flags, Ordering::Relaxed);
 }
@@ -393,7 +406,8 @@ fn publish(sh: &Shared, n: u64, bytes: usize) {
     }
     add_bytes(sh, bytes);
     // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
-    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::Release);
+    // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
+    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst);
     sh.wake_readers_if_waiting(old);
 }
 
@@ -409,6 +423,7 @@ fn publish(sh: &Shared, n: u64, bytes: usize) {
 /// `head`), but a hostile process mapping the region could; what it could change is only the
 /// bytes themselves, which pagepipe never interprets.
 pub struct WriteChunk<'a> {
+    end: &'a End,
     guard: WriteGuard<'a>,
     /// Free slots from `guard.head` on, at least one.
     free: usize,
@@ -466,6 +481,7 @@ impl WriteChunk<'_> {
         }
         publish(sh, head - self.guard.head, n);
         self.guard.head = head;
+        self.end.sync();
         n
     }
 }
