@@ -1,5 +1,6 @@
 //! Property test of FragCache: random alloc / alloc_aligned / prepare+commit / prepare+abort /
-//! freeze+clone / drop / cross-thread drop sequences. Live fragments never overlap, alignment
+//! probe+commit / probe+abort / freeze+clone / drop / cross-thread drop sequences. A probe never
+//! refills (the chunk counters stay put) and never offers a byte of a live fragment. Live fragments never overlap, alignment
 //! holds, contents survive, and when everything is dropped every byte is accounted for: the
 //! cache's own counters read zero and a counting global allocator is back where it started.
 //!
@@ -61,6 +62,8 @@ enum Op {
     AllocAligned(usize, u32),
     /// min, max, committed share of the room in 1/8ths (8 = abort)
     Prepare(usize, usize, u8),
+    /// min, committed share of the room in 1/8ths (8 = abort)
+    Probe(usize, u8),
     Freeze(usize),
     Drop(usize),
     DropElsewhere(usize),
@@ -72,6 +75,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (9000usize..20000).prop_map(Op::Alloc), // larger than a chunk
         2 => (0usize..2000, 0u32..13).prop_map(|(l, a)| Op::AllocAligned(l, a)),
         2 => (0usize..3000, 0usize..5000, 0u8..9).prop_map(|(a, b, c)| Op::Prepare(a.min(b), a.max(b), c)),
+        2 => (0usize..5000, 0u8..9).prop_map(|(m, c)| Op::Probe(m, c)),
         1 => any::<usize>().prop_map(Op::Freeze),
         3 => any::<usize>().prop_map(Op::Drop),
         2 => any::<usize>().prop_map(Op::DropElsewhere),
@@ -124,6 +128,22 @@ fn check(live: &[Live]) {
     }
 }
 
+/// Whether `room` shares a byte with a live fragment.
+fn overlaps_live(room: &[u8], live: &[Live]) -> bool {
+    let (a, n) = (room.as_ptr() as usize, room.len());
+    live.iter().any(|l| {
+        let b = l.handle.bytes();
+        let (c, m) = (b.as_ptr() as usize, b.len());
+        m > 0 && a < c + m && c < a + n
+    })
+}
+
+/// The counters a refill or a dedicated allocation moves.
+fn refills(cache: &FragCache) -> (u64, u64, u64) {
+    let s = cache.stats();
+    (s.chunks_allocated, s.chunks_reused, s.large_allocations)
+}
+
 fn run_case(ops: &[Op]) {
     let (tx, rx) = mpsc::channel::<Live>();
     let dropper = std::thread::spawn(move || {
@@ -158,6 +178,7 @@ fn run_case(ops: &[Op]) {
                     "prepare({min}, {max}) gave {}",
                     b.len()
                 );
+                assert!(!overlaps_live(&b, &live), "prepare offered live bytes");
                 b.fill(fill);
                 if share == 8 {
                     b.abort();
@@ -166,6 +187,23 @@ fn run_case(ops: &[Op]) {
                     let n = b.len() * share as usize / 8;
                     Some(b.commit(n))
                 }
+            }
+            Op::Probe(min, share) => {
+                let before = refills(&cache);
+                let probed = cache.probe(min).map(|mut b| {
+                    assert!(b.len() >= min.max(1), "probe({min}) gave {}", b.len());
+                    assert!(!overlaps_live(&b, &live), "probe offered live bytes");
+                    b.fill(fill);
+                    if share == 8 {
+                        b.abort();
+                        None
+                    } else {
+                        let n = b.len() * share as usize / 8;
+                        Some(b.commit(n))
+                    }
+                });
+                assert_eq!(refills(&cache), before, "probe({min}) refilled");
+                probed.flatten()
             }
             Op::Freeze(k) if !live.is_empty() => {
                 let k = k % live.len();
