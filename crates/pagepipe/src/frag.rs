@@ -922,6 +922,68 @@ impl Frag {
         }
     }
 
+    /// Shortens the fragment to its first `len` bytes; does nothing when it is not longer. The
+    /// bytes cut off stay allocated (and unused) until the fragment is dropped, as in a
+    /// network driver's receive buffer whose packet is shorter than the buffer.
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut f = cache.alloc(2048); // a receive buffer
+    /// f[..3].copy_from_slice(b"pkt");
+    /// f.truncate(3); // the packet was 3 bytes
+    /// assert_eq!(&f[..], b"pkt");
+    /// ```
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Splits the fragment in two at `at`: returns the first `at` bytes as a fragment of its
+    /// own and keeps the rest, without copying (like `BytesMut::split_to`). Costs one atomic
+    /// add on the chunk's count (the new fragment's reference). Frames read into one large
+    /// fragment are split off this way.
+    ///
+    /// # Panics
+    /// If `at > self.len()`.
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut f = cache.alloc(8);
+    /// f.copy_from_slice(b"headbody");
+    /// let head = f.split_to(4);
+    /// assert_eq!((&head[..], &f[..]), (&b"head"[..], &b"body"[..]));
+    /// std::thread::spawn(move || drop(head)); // each half is an independent fragment
+    /// ```
+    pub fn split_to(&mut self, at: usize) -> Frag {
+        assert!(
+            at <= self.len,
+            "Frag::split_to: at {at} is past the end of a {}-byte fragment",
+            self.len
+        );
+        if at == 0 {
+            return Frag::empty();
+        }
+        let ptr = self.ptr;
+        if at == self.len {
+            return std::mem::replace(self, Frag::empty());
+        }
+        let chunk = self.chunk.expect("a non-empty fragment has a chunk");
+        // SAFETY: our own reference keeps the header live.
+        let c = unsafe { chunk.as_ref() };
+        // Relaxed: we already hold a reference, so the chunk cannot be released meanwhile (as
+        // in `Arc::clone`).
+        if c.count.fetch_add(1, Ordering::Relaxed) > MAX_COUNT {
+            std::process::abort(); // over usize::MAX / 4 handles: the count would overflow
+        }
+        // SAFETY: at < len, so the pointer stays inside this fragment's bytes.
+        self.ptr = unsafe { NonNull::new_unchecked(ptr.as_ptr().add(at)) };
+        self.len -= at;
+        Frag {
+            chunk: Some(chunk),
+            ptr,
+            len: at,
+        }
+    }
+
     #[cfg(all(loom, test))]
     pub(crate) fn loom_write_probe(&self, value: usize) {
         if let Some(c) = self.chunk {

@@ -1,5 +1,5 @@
 //! Property test of FragCache: random alloc / alloc_aligned / prepare+commit / prepare+abort /
-//! probe+commit / probe+abort / freeze+clone / drop / cross-thread drop sequences. A probe never
+//! probe+commit / probe+abort / split_to / freeze+clone / drop / cross-thread drop sequences. A probe never
 //! refills (the chunk counters stay put) and never offers a byte of a live fragment. Live fragments never overlap, alignment
 //! holds, contents survive, and when everything is dropped every byte is accounted for: the
 //! cache's own counters read zero and a counting global allocator is back where it started.
@@ -64,6 +64,8 @@ enum Op {
     Prepare(usize, usize, u8),
     /// min, committed share of the room in 1/8ths (8 = abort)
     Probe(usize, u8),
+    /// which live fragment, where in 1/8ths of its length
+    Split(usize, u8),
     Freeze(usize),
     Drop(usize),
     DropElsewhere(usize),
@@ -76,6 +78,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..2000, 0u32..13).prop_map(|(l, a)| Op::AllocAligned(l, a)),
         2 => (0usize..3000, 0usize..5000, 0u8..9).prop_map(|(a, b, c)| Op::Prepare(a.min(b), a.max(b), c)),
         2 => (0usize..5000, 0u8..9).prop_map(|(m, c)| Op::Probe(m, c)),
+        1 => (any::<usize>(), 0u8..9).prop_map(|(k, at)| Op::Split(k, at)),
         1 => any::<usize>().prop_map(Op::Freeze),
         3 => any::<usize>().prop_map(Op::Drop),
         2 => any::<usize>().prop_map(Op::DropElsewhere),
@@ -204,6 +207,20 @@ fn run_case(ops: &[Op]) {
                 });
                 assert_eq!(refills(&cache), before, "probe({min}) refilled");
                 probed.flatten()
+            }
+            Op::Split(k, at) if !live.is_empty() => {
+                let k = k % live.len();
+                if let Handle::Mut(f) = &mut live[k].handle {
+                    let at = f.len() * at as usize / 8;
+                    let front = f.split_to(at);
+                    assert_eq!(front.len(), at);
+                    let fill = live[k].fill;
+                    live.push(Live {
+                        handle: Handle::Mut(front),
+                        fill,
+                    });
+                }
+                None
             }
             Op::Freeze(k) if !live.is_empty() => {
                 let k = k % live.len();
