@@ -964,7 +964,7 @@ impl Frag {
         }
         let ptr = self.ptr;
         if at == self.len {
-            return std::mem::replace(self, Frag::empty());
+            return std::mem::take(self);
         }
         let chunk = self.chunk.expect("a non-empty fragment has a chunk");
         // SAFETY: our own reference keeps the header live.
@@ -1276,7 +1276,10 @@ mod tests {
         let _rest = cache.alloc(3094);
         assert!(cache.probe(1).is_none());
         let s = cache.stats();
-        assert_eq!((s.chunks_allocated, s.chunks_reused, s.large_allocations), (1, 0, 0));
+        assert_eq!(
+            (s.chunks_allocated, s.chunks_reused, s.large_allocations),
+            (1, 0, 0)
+        );
     }
 
     #[test]
