@@ -6,7 +6,7 @@
 //!
 //! This binary holds one test on purpose: the counting allocator is process-wide.
 
-use pagepipe::{Frag, FragCache, FrozenFrag};
+use pagepipe::{Frag, FragBuilder, FragCache, FrozenFrag};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -141,6 +141,20 @@ fn overlaps_live(room: &[u8], live: &[Live]) -> bool {
     })
 }
 
+/// What the test does with a builder, whether from `prepare` or `probe`: checks it offers no
+/// live byte, fills it, then commits `share` eighths of it (8: aborts).
+fn fill_and_commit(mut b: FragBuilder<'_>, live: &[Live], fill: u8, share: u8) -> Option<Frag> {
+    assert!(!overlaps_live(&b, live), "a builder offered live bytes");
+    b.fill(fill);
+    if share == 8 {
+        b.abort();
+        None
+    } else {
+        let n = b.len() * share as usize / 8;
+        Some(b.commit(n))
+    }
+}
+
 /// The counters a refill or a dedicated allocation moves.
 fn refills(cache: &FragCache) -> (u64, u64, u64) {
     let s = cache.stats();
@@ -181,29 +195,13 @@ fn run_case(ops: &[Op]) {
                     "prepare({min}, {max}) gave {}",
                     b.len()
                 );
-                assert!(!overlaps_live(&b, &live), "prepare offered live bytes");
-                b.fill(fill);
-                if share == 8 {
-                    b.abort();
-                    None
-                } else {
-                    let n = b.len() * share as usize / 8;
-                    Some(b.commit(n))
-                }
+                fill_and_commit(b, &live, fill, share)
             }
             Op::Probe(min, share) => {
                 let before = refills(&cache);
-                let probed = cache.probe(min).map(|mut b| {
+                let probed = cache.probe(min).map(|b| {
                     assert!(b.len() >= min.max(1), "probe({min}) gave {}", b.len());
-                    assert!(!overlaps_live(&b, &live), "probe offered live bytes");
-                    b.fill(fill);
-                    if share == 8 {
-                        b.abort();
-                        None
-                    } else {
-                        let n = b.len() * share as usize / 8;
-                        Some(b.commit(n))
-                    }
+                    fill_and_commit(b, &live, fill, share)
                 });
                 assert_eq!(refills(&cache), before, "probe({min}) refilled");
                 probed.flatten()
