@@ -6,10 +6,10 @@
 //! huge *bias* into the count at once (the kernel's `pagecnt_bias`) and keeps a private copy of
 //! that bias; handing out a fragment only lowers the private copy by one, so the allocation path
 //! has no atomic read-modify-write. Dropping a handle, on any thread, subtracts one from the
-//! shared count. When the chunk is used up, the cache subtracts what is
-//! left of its bias: if the count then reads zero every fragment is gone and the chunk is reused
-//! in place; otherwise the last fragment to go parks the chunk on the cache's spare list (or
-//! frees it once the list is full or the cache is gone).
+//! shared count. When the chunk is used up, the cache subtracts what is left of its bias: if the
+//! count then reads zero every fragment is gone and the chunk is reused in place; otherwise the
+//! last fragment to go parks the chunk on the cache's spare list (or frees it once the list is
+//! full or the cache is gone).
 //!
 //! Spare chunks are the memory [`crate::shrink`] gives back to the OS.
 
@@ -106,9 +106,8 @@ struct Chunk {
     /// [`release`]). A chunk on the spare list has count zero.
     count: AtomicUsize,
     /// Bytes the cache carved out of this chunk (alignment padding included) before it let go
-    /// of it; written by the cache
-    /// before its Release subtraction in [`FragCache::let_go`], read by [`release`] after its
-    /// Acquire fence. For a large allocation, the committed length.
+    /// of it; written by the cache before its Release subtraction in [`FragCache::let_go`], read
+    /// by [`release`] after its Acquire fence. For a large allocation, the committed length.
     handed: AtomicUsize,
     /// Invariant: `mem.ptr()..mem.ptr() + mem.len()` is valid for as long as the header lives.
     mem: Memory,
