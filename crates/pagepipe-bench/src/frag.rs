@@ -59,6 +59,10 @@ pub struct Args {
     /// what the receiver cannot take, reported as drop_pct).
     #[arg(long, default_value_t = 0)]
     udp_rate: u64,
+    /// udp: `preload` (the sender fills a socket buffer that holds every datagram and exits,
+    /// then the receiver drains it: its own capacity) or `live` (both at once).
+    #[arg(long, default_value = "preload", value_parser = ["preload", "live"])]
+    udp_mode: String,
     /// udp and tcp: which allocators, comma-separated (default: fragcache, system, mimalloc,
     /// bytesmut); one at a time is what a profiler such as callgrind wants.
     #[arg(long)]
@@ -158,6 +162,7 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
             msgs: a.msgs,
             batch: a.batch,
             rate: a.udp_rate,
+            preload: a.udp_mode == "preload",
             chunk_size: a.chunk_size,
             queue: a.queue,
         };
