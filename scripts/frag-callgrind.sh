@@ -3,7 +3,7 @@
 # the receiver thread executes in user space per message, what allocating a receive buffer
 # costs there (udp), and what freeing a message costs in the worker. Instruction counts do not
 # depend on the machine's load; the kernel's work (the syscalls) is invisible to callgrind:
-# compare with cpu_ns_per_msg and user_ns_per_msg of a normal run to see how much of the
+# compare with cpu_ns_per_msg of a normal run to see how much of the
 # receiver's CPU the allocator is.
 #
 # Each number is one valgrind run with --toggle-collect on one function (collection is per

@@ -167,7 +167,6 @@ pub fn case(cfg: &NetConfig, allocs: &[&'static str]) -> Case {
         Column::new("msgs_per_s", "kmsg/s", 1e3, 1),
         Column::new("mbps", "MB/s", 1.0, 0),
         Column::new("cpu_ns_per_msg", "receiver CPU ns/msg", 1.0, 0),
-        Column::new("user_ns_per_msg", "receiver user ns/msg", 1.0, 0),
         Column::new("worker_cpu_ns_per_msg", "worker CPU ns/msg", 1.0, 0),
         Column::new("minor_faults", "minor faults", 1.0, 0),
         Column::new("peak_rss_bytes", "peak RSS MiB", (1 << 20) as f64, 1),
@@ -232,7 +231,6 @@ pub fn measure(cfg: &NetConfig, transport: &str) -> io::Result<Run> {
     rec.metric("msgs_per_s", out.delivered as f64 / secs);
     rec.metric("mbps", out.bytes as f64 / secs / 1e6);
     rec.metric("cpu_ns_per_msg", out.rx_cpu.total() * 1e9 / n);
-    rec.metric("user_ns_per_msg", out.rx_cpu.user_s * 1e9 / n);
     rec.metric("worker_cpu_ns_per_msg", out.worker_cpu_s * 1e9 / n);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("peak_rss_bytes", peak_rss_bytes() as f64);
