@@ -1342,6 +1342,30 @@ mod loom_tests {
         });
     }
 
+    /// The two halves of a split fragment are dropped on two threads while the cache lets go of
+    /// the chunk and reuses it: the split's reference keeps the chunk until both are gone.
+    #[test]
+    fn split_halves_dropped_on_two_threads() {
+        loom::model(|| {
+            let mut cache = FragCache::with_chunk_size(4096);
+            let mut a = cache.alloc(3000);
+            let b = a.split_to(1000);
+            let t = loom::thread::spawn(move || {
+                b.loom_write_probe(1);
+                drop(b);
+            });
+            // (Only one half writes the probe: it stands for the whole chunk's bytes, and the
+            // halves' bytes are disjoint, which the probe cannot express.)
+            drop(a);
+            // Does not fit: lets go of the chunk, reuses it in place if `b` is already gone.
+            let c = cache.alloc(2000);
+            c.loom_write_probe(3);
+            t.join().unwrap();
+            drop(c);
+            assert_eq!(cache.stats().bytes_outstanding, 0);
+        });
+    }
+
     /// The cache is dropped while a fragment lives on another thread: the last one out frees.
     #[test]
     fn cache_dropped_before_fragment() {

@@ -189,7 +189,7 @@ fn run_case(ops: &[Op]) {
                 Some(f)
             }
             Op::Prepare(min, max, share) => {
-                let mut b = cache.prepare(min, max);
+                let b = cache.prepare(min, max);
                 assert!(
                     b.len() >= min && b.len() <= max,
                     "prepare({min}, {max}) gave {}",
