@@ -182,10 +182,12 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
     if align > 1 {
         harness.note("bytesmut ignores --align (BytesMut has no aligned split)");
     }
-    harness.finish(&format!(
-        "frag: page_frag_test workload, align {align}, queue {} (ns per fragment)",
-        a.queue
-    ))
+    let heading = match (cross || single, udp || tcp) {
+        (true, true) => "frag: page_frag_test (ns per fragment) and the udp/tcp receive paths",
+        (false, true) => "frag: the udp/tcp receive paths (per message)",
+        _ => "frag: page_frag_test workload (ns per fragment)",
+    };
+    harness.finish(&format!("{heading}, align {align}, queue {}", a.queue))
 }
 
 /// One workload on every allocator.
