@@ -1,11 +1,13 @@
 //! `frag`: page_frag_test (seed 004) with FragCache, the system allocator, mimalloc and
-//! bytes::BytesMut side by side.
+//! bytes::BytesMut side by side, and the real workloads of issue 11 (`udp`, `tcp`: see [`net`]).
 //!
 //! Cross-thread: a push thread allocates fragments into a 512-entry bounded single-producer
 //! single-consumer queue and a pop thread (pinned to another CPU where there is one) drops them.
 //! Single-thread: allocate and drop in place, sizes cycling from 64 B to 2 KiB. Each round
 //! measures every allocator once, alternating; ratios are against the system allocator (or
 //! `--baseline`).
+
+mod net;
 
 use crate::common::{Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
@@ -40,9 +42,31 @@ pub struct Args {
     /// FragCache chunk size in bytes (a power of two from 4096).
     #[arg(long, default_value_t = pagepipe::DEFAULT_CHUNK_SIZE)]
     chunk_size: usize,
-    /// Which workloads: cross, single or both.
+    /// Which workloads, comma-separated: cross, single, both (= synthetic: cross and single;
+    /// page_frag_test), udp, tcp (real receive paths over loopback).
     #[arg(long, default_value = "both")]
     workload: String,
+    /// udp and tcp: message sizes and weights, `SIZE[:WEIGHT],...` (sizes 1 to 2048).
+    #[arg(long, default_value = "64:4,128:1,576:2,1024:1,1500:4")]
+    mix: String,
+    /// udp and tcp: messages the sender sends per run and allocator.
+    #[arg(long, default_value_t = 200_000)]
+    msgs: usize,
+    /// udp: datagrams per `recvmmsg` call.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// udp: datagrams per second the sender keeps to (0: as fast as it can; the kernel drops
+    /// what the receiver cannot take, reported as drop_pct).
+    #[arg(long, default_value_t = 0)]
+    udp_rate: u64,
+    /// udp: `preload` (the sender fills a socket buffer that holds every datagram and exits,
+    /// then the receiver drains it: its own capacity) or `live` (both at once).
+    #[arg(long, default_value = "preload", value_parser = ["preload", "live"])]
+    udp_mode: String,
+    /// udp and tcp: which allocators, comma-separated (default: fragcache, system, mimalloc,
+    /// bytesmut); one at a time is what a profiler such as callgrind wants.
+    #[arg(long)]
+    alloc: Option<String>,
 }
 
 /// The allocators compared, in table order; the first is the baseline.
@@ -72,16 +96,33 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
             a.queue
         )));
     }
-    let (cross, single) = match a.workload.as_str() {
-        "both" => (true, true),
-        "cross" => (true, false),
-        "single" => (false, true),
-        w => {
-            return Err(invalid(format!(
-                "--workload {w:?} must be cross, single or both"
-            )))
+    let (mut cross, mut single, mut udp, mut tcp) = (false, false, false, false);
+    for w in a.workload.split(',').map(str::trim) {
+        match w {
+            "both" | "synthetic" => (cross, single) = (true, true),
+            "cross" => cross = true,
+            "single" => single = true,
+            "udp" => udp = true,
+            "tcp" => tcp = true,
+            w => {
+                return Err(invalid(format!(
+                    "--workload {w:?} must be a comma-separated list of cross, single, both \
+                     (synthetic), udp and tcp"
+                )))
+            }
         }
-    };
+    }
+    if !(1..=1024).contains(&a.batch) {
+        return Err(invalid(format!(
+            "--batch {} must be from 1 to 1024",
+            a.batch
+        )));
+    }
+    if a.msgs == 0 {
+        return Err(invalid("--msgs 0: the sender must send something".into()));
+    }
+    let schedule = net::parse_mix(&a.mix)?;
+    let allocs = net::parse_allocs(a.alloc.as_deref())?;
     if !a.chunk_size.is_power_of_two() || !(4096..=pagepipe::MAX_CHUNK_SIZE).contains(&a.chunk_size)
     {
         return Err(invalid(format!(
@@ -109,14 +150,44 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
             Ok(measure(a, align, workload, TRANSPORTS[t]))
         })?;
     }
-    harness.note("minor faults and CPU seconds: per run, whole process (both threads)");
+    let real: Vec<&'static str> = [udp.then_some("udp"), tcp.then_some("tcp")]
+        .into_iter()
+        .flatten()
+        .collect();
+    for workload in real {
+        let cfg = net::NetConfig {
+            workload,
+            mix: a.mix.clone(),
+            schedule: schedule.clone(),
+            msgs: a.msgs,
+            batch: a.batch,
+            rate: a.udp_rate,
+            preload: a.udp_mode == "preload",
+            chunk_size: a.chunk_size,
+            queue: a.queue,
+        };
+        harness.run(net::case(&cfg, &allocs), |t| net::measure(&cfg, allocs[t]))?;
+    }
+    if udp || tcp {
+        harness.note(
+            "udp/tcp: per message delivered; receiver CPU is the receiving thread's \
+             (getrusage RUSAGE_THREAD), minor faults the whole process's, peak RSS this run's \
+             (VmHWM after clear_refs); the sender is a separate process",
+        );
+    }
+    if cross || single {
+        harness
+            .note("synthetic: minor faults and CPU seconds per run, whole process (both threads)");
+    }
     if align > 1 {
         harness.note("bytesmut ignores --align (BytesMut has no aligned split)");
     }
-    harness.finish(&format!(
-        "frag: page_frag_test workload, align {align}, queue {} (ns per fragment)",
-        a.queue
-    ))
+    let heading = match (cross || single, udp || tcp) {
+        (true, true) => "frag: page_frag_test (ns per fragment) and the udp/tcp receive paths",
+        (false, true) => "frag: the udp/tcp receive paths (per message)",
+        _ => "frag: page_frag_test workload (ns per fragment)",
+    };
+    harness.finish(&format!("{heading}, align {align}, queue {}", a.queue))
 }
 
 /// One workload on every allocator.

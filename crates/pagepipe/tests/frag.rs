@@ -1,11 +1,12 @@
 //! Property test of FragCache: random alloc / alloc_aligned / prepare+commit / prepare+abort /
-//! freeze+clone / drop / cross-thread drop sequences. Live fragments never overlap, alignment
+//! probe+commit / probe+abort / split_to / freeze+clone / drop / cross-thread drop sequences. A probe never
+//! refills (the chunk counters stay put) and never offers a byte of a live fragment. Live fragments never overlap, alignment
 //! holds, contents survive, and when everything is dropped every byte is accounted for: the
 //! cache's own counters read zero and a counting global allocator is back where it started.
 //!
 //! This binary holds one test on purpose: the counting allocator is process-wide.
 
-use pagepipe::{Frag, FragCache, FrozenFrag};
+use pagepipe::{Frag, FragBuilder, FragCache, FrozenFrag};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -61,6 +62,10 @@ enum Op {
     AllocAligned(usize, u32),
     /// min, max, committed share of the room in 1/8ths (8 = abort)
     Prepare(usize, usize, u8),
+    /// min, committed share of the room in 1/8ths (8 = abort)
+    Probe(usize, u8),
+    /// which live fragment, where in 1/8ths of its length
+    Split(usize, u8),
     Freeze(usize),
     Drop(usize),
     DropElsewhere(usize),
@@ -72,6 +77,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (9000usize..20000).prop_map(Op::Alloc), // larger than a chunk
         2 => (0usize..2000, 0u32..13).prop_map(|(l, a)| Op::AllocAligned(l, a)),
         2 => (0usize..3000, 0usize..5000, 0u8..9).prop_map(|(a, b, c)| Op::Prepare(a.min(b), a.max(b), c)),
+        2 => (0usize..5000, 0u8..9).prop_map(|(m, c)| Op::Probe(m, c)),
+        1 => (any::<usize>(), 0u8..9).prop_map(|(k, at)| Op::Split(k, at)),
         1 => any::<usize>().prop_map(Op::Freeze),
         3 => any::<usize>().prop_map(Op::Drop),
         2 => any::<usize>().prop_map(Op::DropElsewhere),
@@ -124,6 +131,36 @@ fn check(live: &[Live]) {
     }
 }
 
+/// Whether `room` shares a byte with a live fragment.
+fn overlaps_live(room: &[u8], live: &[Live]) -> bool {
+    let (a, n) = (room.as_ptr() as usize, room.len());
+    live.iter().any(|l| {
+        let b = l.handle.bytes();
+        let (c, m) = (b.as_ptr() as usize, b.len());
+        m > 0 && a < c + m && c < a + n
+    })
+}
+
+/// What the test does with a builder, whether from `prepare` or `probe`: checks it offers no
+/// live byte, fills it, then commits `share` eighths of it (8: aborts).
+fn fill_and_commit(mut b: FragBuilder<'_>, live: &[Live], fill: u8, share: u8) -> Option<Frag> {
+    assert!(!overlaps_live(&b, live), "a builder offered live bytes");
+    b.fill(fill);
+    if share == 8 {
+        b.abort();
+        None
+    } else {
+        let n = b.len() * share as usize / 8;
+        Some(b.commit(n))
+    }
+}
+
+/// The counters a refill or a dedicated allocation moves.
+fn refills(cache: &FragCache) -> (u64, u64, u64) {
+    let s = cache.stats();
+    (s.chunks_allocated, s.chunks_reused, s.large_allocations)
+}
+
 fn run_case(ops: &[Op]) {
     let (tx, rx) = mpsc::channel::<Live>();
     let dropper = std::thread::spawn(move || {
@@ -152,20 +189,36 @@ fn run_case(ops: &[Op]) {
                 Some(f)
             }
             Op::Prepare(min, max, share) => {
-                let mut b = cache.prepare(min, max);
+                let b = cache.prepare(min, max);
                 assert!(
                     b.len() >= min && b.len() <= max,
                     "prepare({min}, {max}) gave {}",
                     b.len()
                 );
-                b.fill(fill);
-                if share == 8 {
-                    b.abort();
-                    None
-                } else {
-                    let n = b.len() * share as usize / 8;
-                    Some(b.commit(n))
+                fill_and_commit(b, &live, fill, share)
+            }
+            Op::Probe(min, share) => {
+                let before = refills(&cache);
+                let probed = cache.probe(min).map(|b| {
+                    assert!(b.len() >= min.max(1), "probe({min}) gave {}", b.len());
+                    fill_and_commit(b, &live, fill, share)
+                });
+                assert_eq!(refills(&cache), before, "probe({min}) refilled");
+                probed.flatten()
+            }
+            Op::Split(k, at) if !live.is_empty() => {
+                let k = k % live.len();
+                if let Handle::Mut(f) = &mut live[k].handle {
+                    let at = f.len() * at as usize / 8;
+                    let front = f.split_to(at);
+                    assert_eq!(front.len(), at);
+                    let fill = live[k].fill;
+                    live.push(Live {
+                        handle: Handle::Mut(front),
+                        fill,
+                    });
                 }
+                None
             }
             Op::Freeze(k) if !live.is_empty() => {
                 let k = k % live.len();

@@ -12,13 +12,14 @@ pub enum Better {
 /// Metrics where more is better; every other metric (latencies `lat_*_ns`, `ns_per_frag`,
 /// `cpu_s`, `cpu_pct`, `minor_faults`, `peak_dirty_kib`, `cache_left_pct`, `writeback_waits`,
 /// ...) is a cost, where less is better.
-const HIGHER_IS_BETTER: [&str; 6] = [
+const HIGHER_IS_BETTER: [&str; 7] = [
     "mbps",
     "writes_per_s",
     "round_trips",
     "fairness",
     "competitor_mbps",
     "ops_per_s",
+    "msgs_per_s",
 ];
 
 /// Which way `metric` is better. Every ratio in tables, charts and JSON is oriented by this, so
@@ -38,6 +39,7 @@ mod tests {
     #[test]
     fn throughput_up_costs_down() {
         assert_eq!(better("mbps"), Better::Higher);
+        assert_eq!(better("msgs_per_s"), Better::Higher);
         assert_eq!(better("lat_p999_ns"), Better::Lower);
         assert_eq!(better("minor_faults"), Better::Lower);
         assert_eq!(better("ns_per_frag"), Better::Lower);

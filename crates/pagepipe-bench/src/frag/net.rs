@@ -1,0 +1,1102 @@
+//! The real workloads of `pagepipe-bench frag` (issue 11): where page fragments live in the
+//! kernel, receiving packets. A sender process (forked) sends over loopback; a receiver thread
+//! takes the data into buffers from the allocator under test and hands every message through a
+//! bounded queue to a worker thread, which checksums it and drops it there.
+//!
+//! - `udp`: datagrams of a size mix, received with `recvmmsg` in batches (32 by default). Every
+//!   allocator fills each of the batch's receive slots with a 2 KiB buffer, the way a network
+//!   driver refills its receive ring, and the datagram's buffer is then cut to its real length
+//!   (`Frag::truncate`, `BytesMut::advance_mut`, a length field). A [`FragCache::prepare`]
+//!   builder cannot serve here: it borrows the cache until it is committed, and a batch needs 32
+//!   buffers at once.
+//! - `tcp`: a stream of length-prefixed frames. `fragcache` reads into one large
+//!   [`FragCache::prepare`]d buffer, commits what was read and splits every frame off it without
+//!   copying ([`Frag::split_to`]); `bytesmut` does the same with `BytesMut::split_to`; `system`
+//!   and `mimalloc` read into one reused buffer and copy every frame into a buffer of its own
+//!   (what a plain allocator offers). A frame cut by the end of a read is copied to the front of
+//!   the next buffer, by every allocator.
+//!
+//! Fairness: the same sender, the same message count and sizes for every allocator, alternating
+//! within one run. On 2 shared cores a live sender is the slowest of the three parties, so by
+//! default (`--udp-mode preload`) the sender sends every datagram into a socket buffer large
+//! enough to hold them all (`SO_RCVBUFFORCE`, 1 GiB) and exits before the receiver starts: the
+//! receiver then drains it with the worker beside it and nothing else, and datagrams/s is the
+//! receiver's own capacity. `--udp-mode live` receives while the sender sends. Either way the
+//! kernel drops datagrams when the socket buffer is full: only delivered datagrams count, over
+//! the time from the first to the last one, and the drop share is reported beside them
+//! (`drop_pct`); `--udp-rate` paces a live sender. TCP loses nothing: its sender blocks.
+
+use super::{RawBuf, MIMALLOC, SYSTEM};
+use crate::common::{Record, Usage};
+use crate::harness::{Arm, Case, Column, Run};
+use bytes::{Buf, BufMut, BytesMut};
+use pagepipe::{Frag, FragCache};
+use std::alloc::{GlobalAlloc, Layout};
+use std::io;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+/// The allocators compared, in table order; the first is the baseline.
+pub const TRANSPORTS: [&str; 4] = ["system", "fragcache", "mimalloc", "bytesmut"];
+
+/// Bytes of one receive slot (the kernel's 2 KiB page fragment of a receive buffer).
+pub const SLOT: usize = 2048;
+
+/// Largest message of a size mix: one slot minus room for nothing else.
+pub const MAX_MSG: usize = SLOT;
+
+/// Room `tcp` asks each read for, at least and at most.
+const READ_MIN: usize = 4096;
+const READ_MAX: usize = 64 * 1024;
+
+/// Frames a `tcp` hand-off batch has room for before it grows (a 64 KiB read of the default
+/// mix holds about 90).
+const TCP_BATCH: usize = 256;
+
+/// How long the receiver waits for a datagram before it looks whether the sender is done.
+const IDLE: Duration = Duration::from_millis(50);
+
+/// Receive buffer asked for (`SO_RCVBUF`; the kernel caps it at `net.core.rmem_max`).
+const RCVBUF: usize = 4 << 20;
+
+/// Receive buffer asked for with `--udp-mode preload`: room for every datagram of a run
+/// (`SO_RCVBUFFORCE`, which needs CAP_NET_ADMIN; without it the kernel caps the buffer and the
+/// drops show in `drop_pct`).
+const PRELOAD_RCVBUF: usize = 1 << 30;
+
+/// What one `udp` or `tcp` run is configured with.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// `"udp"` or `"tcp"`.
+    pub workload: &'static str,
+    /// The size mix as given (`SIZE:WEIGHT,...`), for the JSON config.
+    pub mix: String,
+    /// Message sizes in send order (a shuffled expansion of the mix), cycled.
+    pub schedule: Vec<usize>,
+    /// Messages sent per run.
+    pub msgs: usize,
+    /// `recvmmsg` batch (udp).
+    pub batch: usize,
+    /// Datagrams per second the sender keeps to (0: as fast as it can).
+    pub rate: u64,
+    /// udp: the sender sends everything before the receiver starts (see the module docs).
+    pub preload: bool,
+    /// FragCache chunk size.
+    pub chunk_size: usize,
+    /// Entries of the receiver-to-worker queue.
+    pub queue: usize,
+}
+
+/// Parses a size mix `SIZE[:WEIGHT],...` into a send schedule of 1024 sizes, shuffled with a
+/// fixed seed so every run and allocator sees the same sequence.
+///
+/// # Errors
+/// `InvalidInput` naming the bad entry: a size outside 1..=2048 or a zero or missing weight.
+pub fn parse_mix(mix: &str) -> io::Result<Vec<usize>> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+    let mut weighted = Vec::new();
+    for part in mix.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (size, weight) = part.split_once(':').unwrap_or((part, "1"));
+        let size: usize = size
+            .parse()
+            .ok()
+            .filter(|s| (1..=MAX_MSG).contains(s))
+            .ok_or_else(|| {
+                bad(format!(
+                    "--mix entry {part:?}: the size must be from 1 to {MAX_MSG}"
+                ))
+            })?;
+        let weight: usize = weight
+            .parse()
+            .ok()
+            .filter(|w| (1..=1000).contains(w))
+            .ok_or_else(|| {
+                bad(format!(
+                    "--mix entry {part:?}: the weight must be from 1 to 1000"
+                ))
+            })?;
+        weighted.push((size, weight));
+    }
+    if weighted.is_empty() {
+        return Err(bad(format!("--mix {mix:?} names no size")));
+    }
+    let total: usize = weighted.iter().map(|(_, w)| w).sum();
+    let mut schedule: Vec<usize> = weighted
+        .iter()
+        .flat_map(|&(s, w)| std::iter::repeat_n(s, (w * 1024).div_ceil(total)))
+        .collect();
+    // Fisher-Yates with xorshift64: a fixed, reproducible order.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in (1..schedule.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        schedule.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    Ok(schedule)
+}
+
+/// The allocators `--alloc` names (all of [`TRANSPORTS`] without it), in table order.
+///
+/// # Errors
+/// `InvalidInput` naming an unknown allocator.
+pub fn parse_allocs(list: Option<&str>) -> io::Result<Vec<&'static str>> {
+    let Some(list) = list else {
+        return Ok(TRANSPORTS.to_vec());
+    };
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        let t = TRANSPORTS.iter().find(|t| **t == name).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("--alloc {name:?} is not one of {}", TRANSPORTS.join(", ")),
+            )
+        })?;
+        out.push(*t);
+    }
+    Ok(out)
+}
+
+/// The case of one workload: the allocators `allocs`, the metrics of issue 11.
+pub fn case(cfg: &NetConfig, allocs: &[&'static str]) -> Case {
+    let mean = cfg.schedule.iter().sum::<usize>() / cfg.schedule.len();
+    let mut columns = vec![
+        Column::new("msgs_per_s", "kmsg/s", 1e3, 1),
+        Column::new("mbps", "MB/s", 1.0, 0),
+        Column::new("cpu_ns_per_msg", "receiver CPU ns/msg", 1.0, 0),
+        Column::new("worker_cpu_ns_per_msg", "worker CPU ns/msg", 1.0, 0),
+        Column::new("minor_faults", "minor faults", 1.0, 0),
+        Column::new("peak_rss_bytes", "peak RSS MiB", (1 << 20) as f64, 1),
+    ];
+    if cfg.workload == "udp" {
+        columns.push(Column::new("drop_pct", "dropped %", 1.0, 1));
+    }
+    Case {
+        bench: "frag",
+        title: format!("{} mix {} (mean {mean} B)", cfg.workload, cfg.mix),
+        arms: allocs.iter().map(|t| Arm::new(*t)).collect(),
+        columns,
+    }
+}
+
+/// One run of `cfg.workload` with `transport`.
+///
+/// # Errors
+/// A socket, fork or receive fails (with the call named).
+pub fn measure(cfg: &NetConfig, transport: &str) -> io::Result<Run> {
+    reset_peak_rss();
+    let stream = match cfg.workload {
+        "tcp" => frame_stream(&cfg.schedule),
+        _ => Vec::new(),
+    };
+    let before = Usage::now();
+    let out = match (cfg.workload, transport) {
+        ("udp", "fragcache") => udp(cfg, FragRx(FragCache::with_chunk_size(cfg.chunk_size))),
+        ("udp", "system") => udp(cfg, RawRx(&SYSTEM)),
+        ("udp", "mimalloc") => udp(cfg, RawRx(&MIMALLOC)),
+        ("udp", "bytesmut") => udp(cfg, BytesRx(BytesMut::new())),
+        ("tcp", "fragcache") => tcp(cfg, &stream, FragFramer::new(tcp_chunk(cfg))),
+        ("tcp", "system") => tcp(cfg, &stream, CopyFramer::new(&SYSTEM)),
+        ("tcp", "mimalloc") => tcp(cfg, &stream, CopyFramer::new(&MIMALLOC)),
+        ("tcp", "bytesmut") => tcp(cfg, &stream, BytesFramer(BytesMut::new())),
+        (w, t) => unreachable!("unknown workload {w} or transport {t}"),
+    }?;
+    let usage = Usage::now().since(before);
+    let mut rec = Record::new("frag", transport)
+        .config("workload", cfg.workload)
+        .config("mix", cfg.mix.as_str())
+        .config("msgs", cfg.msgs)
+        .config("queue", cfg.queue);
+    rec = match cfg.workload {
+        "tcp" => rec.config("chunk_size", tcp_chunk(cfg)),
+        _ => rec.config("chunk_size", cfg.chunk_size),
+    };
+    let sent = match cfg.workload {
+        "tcp" => cfg.msgs.div_ceil(cfg.schedule.len()) * cfg.schedule.len(),
+        _ => cfg.msgs,
+    };
+    rec = rec.config("sent", sent);
+    if cfg.workload == "udp" {
+        rec = rec
+            .config("batch", cfg.batch)
+            .config("mode", if cfg.preload { "preload" } else { "live" })
+            .config("rate", cfg.rate)
+            .config("rcvbuf", out.rcvbuf);
+    }
+    let n = out.delivered.max(1) as f64;
+    let secs = out.elapsed.as_secs_f64().max(1e-9);
+    rec.metric("msgs_per_s", out.delivered as f64 / secs);
+    rec.metric("mbps", out.bytes as f64 / secs / 1e6);
+    rec.metric("cpu_ns_per_msg", out.rx_cpu.total() * 1e9 / n);
+    rec.metric("worker_cpu_ns_per_msg", out.worker_cpu_s * 1e9 / n);
+    rec.metric("minor_faults", usage.minor_faults as f64);
+    rec.metric("peak_rss_bytes", peak_rss_bytes() as f64);
+    if cfg.workload == "udp" {
+        let sent = cfg.msgs as f64;
+        rec.metric(
+            "drop_pct",
+            100.0 * (sent - out.delivered as f64).max(0.0) / sent,
+        );
+    }
+    Ok(rec.into())
+}
+
+/// FragCache's chunk size for `tcp`: at least two reads' worth (`2 * READ_MAX`), so a read gets
+/// the 64 KiB that `bytesmut` reserves rather than the rest of a 32 KiB chunk.
+fn tcp_chunk(cfg: &NetConfig) -> usize {
+    cfg.chunk_size.max(2 * READ_MAX)
+}
+
+/// What the receiver saw.
+struct Outcome {
+    delivered: u64,
+    bytes: u64,
+    /// First to last datagram (udp), or first read to end of stream (tcp).
+    elapsed: Duration,
+    rx_cpu: ThreadCpu,
+    worker_cpu_s: f64,
+    rcvbuf: usize,
+}
+
+/// User and system CPU of the calling thread (`getrusage(RUSAGE_THREAD)`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadCpu {
+    user_s: f64,
+    sys_s: f64,
+}
+
+impl ThreadCpu {
+    fn now() -> ThreadCpu {
+        // SAFETY: rusage is plain data; zeroed is a valid value for getrusage to overwrite.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        ThreadCpu {
+            user_s: secs(ru.ru_utime),
+            sys_s: secs(ru.ru_stime),
+        }
+    }
+
+    fn since(self, earlier: ThreadCpu) -> ThreadCpu {
+        ThreadCpu {
+            user_s: self.user_s - earlier.user_s,
+            sys_s: self.sys_s - earlier.sys_s,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.user_s + self.sys_s
+    }
+}
+
+/// Resets the process's peak RSS (`/proc/self/clear_refs`, value 5: see proc(5)), so that
+/// `peak_rss_bytes` is this run's. Where that is refused the peak is the process's so far.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// `VmHWM` of /proc/self/status in bytes (0 where it cannot be read).
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// A message on its way to the worker: the bytes it checksums.
+trait Message: Send + 'static {
+    fn payload(&self) -> &[u8];
+}
+
+impl Message for Frag {
+    fn payload(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Message for BytesMut {
+    fn payload(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Message for bytes::Bytes {
+    fn payload(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A buffer from a `GlobalAlloc` with the length of the message it holds.
+struct LenBuf<A: GlobalAlloc + 'static> {
+    raw: RawBuf<A>,
+    /// Invariant: the first `len` bytes are initialized, `len <= raw.layout.size()`.
+    len: usize,
+}
+
+impl<A: GlobalAlloc + Sync + 'static> Message for LenBuf<A> {
+    fn payload(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes are initialized and inside the allocation (type
+        // invariant); the buffer is owned, so no one writes them meanwhile.
+        unsafe { std::slice::from_raw_parts(self.raw.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// The receiver's end of the queue to the worker. Messages travel in batches (one per
+/// `recvmmsg` call or TCP read) inside recycled `Vec`s, so a hand-off allocates nothing and a
+/// sleeping worker is woken once per batch, not per message; both ends sleep rather than spin,
+/// leaving the CPU to the other threads and the sender on this 2-core machine.
+struct Queue<M> {
+    full: SyncSender<Vec<M>>,
+    empty: Receiver<Vec<M>>,
+    cur: Vec<M>,
+}
+
+impl<M: Message> Queue<M> {
+    /// A queue holding up to `entries` messages in batches of `batch`, and its worker thread.
+    fn start(entries: usize, batch: usize) -> (Queue<M>, std::thread::JoinHandle<(u64, u64, f64)>) {
+        let batches = (entries / batch).max(2);
+        let (full, full_rx) = sync_channel::<Vec<M>>(batches);
+        let (empty_tx, empty) = sync_channel::<Vec<M>>(batches + 1);
+        for _ in 0..batches {
+            empty_tx
+                .send(Vec::with_capacity(batch))
+                .expect("the queue holds every batch");
+        }
+        let w = std::thread::spawn(move || worker(full_rx, empty_tx));
+        let q = Queue {
+            full,
+            empty,
+            cur: Vec::with_capacity(batch),
+        };
+        (q, w)
+    }
+
+    fn push(&mut self, m: M) {
+        self.cur.push(m);
+    }
+
+    /// Hands the messages pushed so far to the worker.
+    fn flush(&mut self) -> io::Result<()> {
+        if self.cur.is_empty() {
+            return Ok(());
+        }
+        let gone = || io::Error::other("the worker thread is gone");
+        let next = self.empty.recv().map_err(|_| gone())?;
+        let batch = std::mem::replace(&mut self.cur, next);
+        self.full.send(batch).map_err(|_| gone())
+    }
+}
+
+/// The worker: takes batches off the queue until the receiver hangs up, checksums each message
+/// and drops it there, and sends the empty batch back. Returns (messages, checksum, CPU
+/// seconds of the worker thread).
+fn worker<M: Message>(full: Receiver<Vec<M>>, empty: SyncSender<Vec<M>>) -> (u64, u64, f64) {
+    let cpu0 = ThreadCpu::now();
+    let (mut n, mut sum) = (0u64, 0u64);
+    while let Ok(mut batch) = full.recv() {
+        for m in batch.drain(..) {
+            sum = sum.wrapping_add(checksum(m.payload()));
+            n += 1;
+            release(m);
+        }
+        let _ = empty.send(batch); // fails only once the receiver is done
+    }
+    (n, sum, ThreadCpu::now().since(cpu0).total())
+}
+
+/// Sum of the bytes: reads every byte once (vectorized).
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().map(|&x| u64::from(x)).sum()
+}
+
+/// Drops a message; a function of its own so a profile (callgrind) shows what freeing costs.
+#[inline(never)]
+fn release<M>(m: M) {
+    drop(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// udp
+
+/// One way of filling receive slots: a writable buffer of [`SLOT`] bytes, cut to the
+/// datagram's length once it arrived.
+trait RxAlloc {
+    type Buf: Message;
+    /// A fresh receive buffer of at least [`SLOT`] writable bytes.
+    fn slot(&mut self) -> Self::Buf;
+    /// Where the kernel may write [`SLOT`] bytes.
+    fn ptr(buf: &mut Self::Buf) -> *mut u8;
+    /// Cuts the buffer to the `n` bytes the kernel wrote.
+    ///
+    /// # Safety
+    /// The kernel wrote the first `n <= SLOT` bytes at `ptr(buf)`.
+    unsafe fn set_len(buf: &mut Self::Buf, n: usize);
+}
+
+/// FragCache: a 2 KiB fragment per slot (a pointer bump), cut with `Frag::truncate`.
+struct FragRx(FragCache);
+
+impl RxAlloc for FragRx {
+    type Buf = Frag;
+    #[inline]
+    fn slot(&mut self) -> Frag {
+        self.0.alloc(SLOT)
+    }
+    fn ptr(buf: &mut Frag) -> *mut u8 {
+        buf.as_mut_ptr()
+    }
+    unsafe fn set_len(buf: &mut Frag, n: usize) {
+        buf.truncate(n);
+    }
+}
+
+/// The system allocator or mimalloc: a `Box<[u8]>`-like buffer of 2 KiB per slot.
+struct RawRx<A: GlobalAlloc + 'static>(&'static A);
+
+impl<A: GlobalAlloc + Sync + 'static> RxAlloc for RawRx<A> {
+    type Buf = LenBuf<A>;
+    #[inline]
+    fn slot(&mut self) -> LenBuf<A> {
+        LenBuf {
+            raw: raw_buf(self.0, SLOT),
+            len: 0,
+        }
+    }
+    fn ptr(buf: &mut LenBuf<A>) -> *mut u8 {
+        buf.raw.ptr.as_ptr()
+    }
+    unsafe fn set_len(buf: &mut LenBuf<A>, n: usize) {
+        debug_assert!(n <= buf.raw.layout.size());
+        buf.len = n; // the caller's contract makes the first n bytes initialized
+    }
+}
+
+/// An uninitialized buffer of `size` (> 0) bytes from `alloc`, freed on drop.
+fn raw_buf<A: GlobalAlloc + 'static>(alloc: &'static A, size: usize) -> RawBuf<A> {
+    let layout = Layout::from_size_align(size, 1).expect("a message size fits isize");
+    // SAFETY: `layout` has a non-zero size (callers pass at least 1).
+    let ptr = unsafe { alloc.alloc(layout) };
+    RawBuf {
+        ptr: NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout)),
+        layout,
+        alloc,
+    }
+}
+
+/// bytes::BytesMut: one large buffer, a 2 KiB slot split off its front per datagram (the
+/// `split_to` idiom of network code), taken back in place by `reserve` once every slot split off
+/// it is gone.
+struct BytesRx(BytesMut);
+
+impl RxAlloc for BytesRx {
+    type Buf = BytesMut;
+    #[inline]
+    fn slot(&mut self) -> BytesMut {
+        if self.0.capacity() < SLOT {
+            self.0.reserve(32 * SLOT);
+        }
+        let rest = self.0.split_off(SLOT);
+        std::mem::replace(&mut self.0, rest) // capacity SLOT, length 0
+    }
+    fn ptr(buf: &mut BytesMut) -> *mut u8 {
+        buf.chunk_mut().as_mut_ptr()
+    }
+    unsafe fn set_len(buf: &mut BytesMut, n: usize) {
+        // SAFETY: the kernel initialized the first n bytes of the spare capacity (caller's
+        // contract), which `chunk_mut` starts at since the length is 0.
+        unsafe { buf.advance_mut(n) };
+    }
+}
+
+/// A fresh slot; a function of its own so a profile (callgrind) shows what allocating costs.
+#[inline(never)]
+fn fresh_slot<A: RxAlloc>(a: &mut A) -> A::Buf {
+    a.slot()
+}
+
+/// The `udp` workload with `alloc`. Not inlined, so a profile (callgrind) can count what the
+/// receiver executes.
+#[inline(never)]
+fn udp<A: RxAlloc>(cfg: &NetConfig, mut alloc: A) -> io::Result<Outcome> {
+    let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| named("bind a UDP socket", e))?;
+    let want = if cfg.preload { PRELOAD_RCVBUF } else { RCVBUF };
+    let rcvbuf = set_rcvbuf(rx.as_raw_fd(), want);
+    set_rcvtimeo(rx.as_raw_fd(), IDLE)?;
+    let tx = UdpSocket::bind("127.0.0.1:0").map_err(|e| named("bind a UDP socket", e))?;
+    tx.connect(rx.local_addr()?)
+        .map_err(|e| named("connect a UDP socket", e))?;
+    let payload: Vec<u8> = (0..MAX_MSG).map(|i| i as u8).collect();
+    let mut sender = Sender::fork(|| send_datagrams(tx.as_raw_fd(), cfg, &payload))?;
+    drop(tx);
+    let mut sender_done = false;
+    if cfg.preload {
+        sender.join()?; // every datagram is in the socket buffer (or dropped) now
+        sender_done = true;
+    }
+    let (mut q, w) = Queue::<A::Buf>::start(cfg.queue, cfg.batch);
+    let batch = cfg.batch;
+    let mut slots: Vec<A::Buf> = (0..batch).map(|_| fresh_slot(&mut alloc)).collect();
+    // SAFETY: iovec and mmsghdr are plain data; all zeroes is a valid (empty) value.
+    let mut iov: Vec<libc::iovec> = vec![unsafe { std::mem::zeroed() }; batch];
+    // SAFETY: as above.
+    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; batch];
+    let cpu0 = ThreadCpu::now();
+    let (mut delivered, mut bytes) = (0u64, 0u64);
+    let (mut first, mut last) = (None, Instant::now());
+    loop {
+        for i in 0..batch {
+            iov[i] = libc::iovec {
+                iov_base: A::ptr(&mut slots[i]).cast(),
+                iov_len: SLOT,
+            };
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: `msgs[..batch]` are valid mmsghdrs whose single iovec points at SLOT
+        // writable bytes of a live receive buffer (recvmmsg(2)).
+        let got = unsafe {
+            libc::recvmmsg(
+                rx.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                batch as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock if sender_done => break, // drained after the end
+                io::ErrorKind::WouldBlock => {
+                    sender_done = sender.exited()?;
+                    continue;
+                }
+                _ => return Err(named("recvmmsg", e)),
+            }
+        }
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        for (slot, m) in slots.iter_mut().zip(&msgs).take(got as usize) {
+            let n = m.msg_len as usize;
+            let mut buf = std::mem::replace(slot, fresh_slot(&mut alloc));
+            // SAFETY: recvmmsg wrote msg_len <= SLOT bytes into this slot's buffer.
+            unsafe { A::set_len(&mut buf, n.min(SLOT)) };
+            bytes += n as u64;
+            q.push(buf);
+        }
+        q.flush()?;
+        delivered += got as u64;
+    }
+    let rx_cpu = ThreadCpu::now().since(cpu0);
+    drop(q);
+    let (seen, _sum, worker_cpu_s) = w.join().expect("worker panicked");
+    debug_assert_eq!(seen, delivered);
+    sender.wait()?;
+    drop(slots);
+    Ok(Outcome {
+        delivered,
+        bytes,
+        elapsed: first.map_or(Duration::ZERO, |f| last - f),
+        rx_cpu,
+        worker_cpu_s,
+        rcvbuf,
+    })
+}
+
+/// The sender of `udp` (runs in the forked child: syscalls only, no allocation): `cfg.msgs`
+/// datagrams in batches of 32 with `sendmmsg`, sizes from the schedule, paced to `cfg.rate`.
+/// Returns the exit status.
+fn send_datagrams(fd: RawFd, cfg: &NetConfig, payload: &[u8]) -> i32 {
+    const B: usize = 32;
+    // SAFETY: iovec and mmsghdr are plain data; all zeroes is a valid (empty) value.
+    let mut iov: [libc::iovec; B] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; B] = unsafe { std::mem::zeroed() };
+    let start = Instant::now();
+    let mut sent = 0usize;
+    while sent < cfg.msgs {
+        let b = B.min(cfg.msgs - sent);
+        for i in 0..b {
+            let len = cfg.schedule[(sent + i) % cfg.schedule.len()];
+            iov[i] = libc::iovec {
+                iov_base: payload.as_ptr() as *mut libc::c_void,
+                iov_len: len,
+            };
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: `msgs[..b]` are valid mmsghdrs, each with one iovec over `payload`, which
+        // holds MAX_MSG >= len bytes (sendmmsg(2)).
+        let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), b as libc::c_uint, 0) };
+        if r < 0 {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN | libc::ENOBUFS | libc::ECONNREFUSED) => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                    continue;
+                }
+                _ => return 2,
+            }
+        }
+        sent += r as usize;
+        if cfg.rate > 0 {
+            let due = start + Duration::from_secs_f64(sent as f64 / cfg.rate as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+    }
+    0
+}
+
+/// Sets `SO_RCVBUF` (or `SO_RCVBUFFORCE` where allowed, past `rmem_max`); returns the size the
+/// kernel reports (it doubles the request for its bookkeeping).
+fn set_rcvbuf(fd: RawFd, bytes: usize) -> usize {
+    let v = bytes as libc::c_int;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: `v` is a c_int of the size passed (setsockopt(2)).
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                len,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+    }
+    let mut got: libc::c_int = 0;
+    let mut got_len = len;
+    // SAFETY: `got` is a writable c_int and `got_len` its size (getsockopt(2)).
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut got as *mut libc::c_int).cast(),
+            &mut got_len,
+        )
+    };
+    got.max(0) as usize
+}
+
+/// Sets `SO_RCVTIMEO`, so a blocking receive returns `WouldBlock` after `d` without data.
+fn set_rcvtimeo(fd: RawFd, d: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: d.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a timeval of the size passed (setsockopt(2), socket(7)).
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(named("setsockopt SO_RCVTIMEO", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn named(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// The sender process.
+struct Sender {
+    pid: libc::pid_t,
+    /// Set once `waitpid` reaped it.
+    status: Option<libc::c_int>,
+}
+
+impl Sender {
+    /// Forks a child that runs `body` and exits with its status. `body` must keep to what is
+    /// safe in the child of a multithreaded process: syscalls, no allocation, no locks.
+    fn fork(body: impl FnOnce() -> i32) -> io::Result<Sender> {
+        // SAFETY: fork(2); the child only runs `body` (syscalls on memory prepared before the
+        // fork, by the caller's contract) and leaves with _exit, running no destructors.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => Err(named("fork the sender", io::Error::last_os_error())),
+            0 => {
+                let status = body();
+                // SAFETY: _exit(2) ends the child without running the parent's destructors.
+                unsafe { libc::_exit(status) }
+            }
+            pid => Ok(Sender { pid, status: None }),
+        }
+    }
+
+    /// Whether the sender has exited (reaping it if so).
+    fn exited(&mut self) -> io::Result<bool> {
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        if r < 0 {
+            return Err(named("waitpid the sender", io::Error::last_os_error()));
+        }
+        if r == self.pid {
+            self.status = Some(status); // reaped: `wait` reads it from here
+        }
+        Ok(self.status.is_some())
+    }
+
+    /// Waits until the sender has exited (reaping it).
+    fn join(&mut self) -> io::Result<()> {
+        if self.status.is_none() {
+            let mut s = 0;
+            // SAFETY: waitpid(2) on our own child with a valid status pointer.
+            if unsafe { libc::waitpid(self.pid, &mut s, 0) } < 0 {
+                return Err(named("waitpid the sender", io::Error::last_os_error()));
+            }
+            self.status = Some(s);
+        }
+        Ok(())
+    }
+
+    /// Waits for the sender; `Other` when it did not exit with status 0.
+    fn wait(mut self) -> io::Result<()> {
+        self.join()?;
+        let status = self.status.expect("join reaped it");
+        self.pid = 0;
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "the sender process failed (wait status {status:#x})"
+            )))
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.pid > 0 && self.status.is_none() {
+            // An error path: do not leave the child running or unreaped.
+            // SAFETY: kill(2) and waitpid(2) on our own child.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tcp
+
+/// One way of taking frames off a TCP stream: read into its buffer, split frames off.
+trait Framer {
+    type Msg: Message;
+    /// Reads once from `fd`; `Ok(0)` at the end of the stream.
+    fn read(&mut self, fd: RawFd) -> io::Result<usize>;
+    /// The next whole frame read so far, header stripped or not (see [`Framed`]).
+    fn next_frame(&mut self) -> Option<Self::Msg>;
+}
+
+/// Length of the frame at the front of `b` (header included) if it is all there.
+fn whole_frame(b: &[u8]) -> Option<usize> {
+    let hdr: [u8; 4] = b.get(..4)?.try_into().ok()?;
+    let n = 4 + u32::from_le_bytes(hdr) as usize;
+    (b.len() >= n).then_some(n)
+}
+
+/// read(2) into `buf`, retrying on EINTR.
+fn read_into(fd: RawFd, buf: *mut u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller passes `len` writable bytes at `buf`.
+        let r = unsafe { libc::read(fd, buf.cast(), len) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(named("read the TCP stream", e));
+        }
+    }
+}
+
+/// A frame with its 4-byte header still in front: the worker checksums the payload.
+struct Framed<T>(T);
+
+impl<T: Message> Message for Framed<T> {
+    fn payload(&self) -> &[u8] {
+        &self.0.payload()[4..]
+    }
+}
+
+/// FragCache: read into `prepare(4 KiB, 64 KiB)` (the rest of the chunk), commit what was read,
+/// split frames off with `Frag::split_to`.
+struct FragFramer {
+    cache: FragCache,
+    /// Read, not yet split off: a partial frame at most once a read is framed.
+    pending: Frag,
+}
+
+impl FragFramer {
+    fn new(chunk: usize) -> FragFramer {
+        FragFramer {
+            cache: FragCache::with_chunk_size(chunk),
+            pending: Frag::empty(),
+        }
+    }
+}
+
+impl Framer for FragFramer {
+    type Msg = Framed<Frag>;
+    fn read(&mut self, fd: RawFd) -> io::Result<usize> {
+        let carry = self.pending.len();
+        let mut room = self.cache.prepare(carry + READ_MIN, carry + READ_MAX);
+        room[..carry].copy_from_slice(&self.pending);
+        let len = room.len() - carry;
+        let n = read_into(fd, room[carry..].as_mut_ptr(), len)?;
+        self.pending = room.commit(carry + n);
+        Ok(n)
+    }
+    fn next_frame(&mut self) -> Option<Framed<Frag>> {
+        let n = whole_frame(&self.pending)?;
+        Some(Framed(self.pending.split_to(n)))
+    }
+}
+
+/// bytes::BytesMut: read into the spare capacity, `split_to(frame).freeze()`.
+struct BytesFramer(BytesMut);
+
+impl Framer for BytesFramer {
+    type Msg = Framed<bytes::Bytes>;
+    fn read(&mut self, fd: RawFd) -> io::Result<usize> {
+        if self.0.capacity() - self.0.len() < READ_MIN {
+            self.0.reserve(READ_MAX);
+        }
+        let spare = self.0.chunk_mut();
+        let n = read_into(fd, spare.as_mut_ptr(), spare.len())?;
+        // SAFETY: read(2) initialized the first n bytes of the spare capacity.
+        unsafe { self.0.advance_mut(n) };
+        Ok(n)
+    }
+    fn next_frame(&mut self) -> Option<Framed<bytes::Bytes>> {
+        let n = whole_frame(&self.0)?;
+        Some(Framed(self.0.split_to(n).freeze()))
+    }
+}
+
+/// The system allocator or mimalloc: read into one reused buffer, copy each frame's payload
+/// into a buffer of its own.
+struct CopyFramer<A: GlobalAlloc + 'static> {
+    alloc: &'static A,
+    buf: Vec<u8>,
+    /// Framed up to here; read up to `buf.len()`.
+    pos: usize,
+}
+
+impl<A: GlobalAlloc + Sync + 'static> CopyFramer<A> {
+    fn new(alloc: &'static A) -> CopyFramer<A> {
+        CopyFramer {
+            alloc,
+            buf: Vec::with_capacity(READ_MAX),
+            pos: 0,
+        }
+    }
+}
+
+impl<A: GlobalAlloc + Sync + 'static> Framer for CopyFramer<A> {
+    type Msg = LenBuf<A>;
+    fn read(&mut self, fd: RawFd) -> io::Result<usize> {
+        // Move the partial frame to the front (as the other framers copy it into a new buffer).
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        let have = self.buf.len();
+        let spare = self.buf.spare_capacity_mut();
+        let n = read_into(fd, spare.as_mut_ptr().cast(), spare.len())?;
+        // SAFETY: read(2) initialized the n bytes after `have`.
+        unsafe { self.buf.set_len(have + n) };
+        Ok(n)
+    }
+    fn next_frame(&mut self) -> Option<LenBuf<A>> {
+        let mut rest = &self.buf[self.pos..];
+        let n = whole_frame(rest)?;
+        self.pos += n;
+        rest.advance(4);
+        let payload = &rest[..n - 4];
+        let raw = raw_buf(self.alloc, payload.len().max(1));
+        // SAFETY: `raw` holds at least payload.len() bytes and is not `payload`'s memory.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), raw.ptr.as_ptr(), payload.len()) };
+        Some(LenBuf {
+            raw,
+            len: payload.len(),
+        })
+    }
+}
+
+/// The `tcp` workload with `framer`, the sender writing `stream` over and over. Not inlined, so
+/// a profile (callgrind) can count what the receiver executes.
+#[inline(never)]
+fn tcp<F: Framer>(cfg: &NetConfig, stream: &[u8], mut framer: F) -> io::Result<Outcome> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| named("bind TCP", e))?;
+    let tx = TcpStream::connect(listener.local_addr()?).map_err(|e| named("connect TCP", e))?;
+    let (rx, _) = listener.accept().map_err(|e| named("accept TCP", e))?;
+    drop(listener);
+    let reps = cfg.msgs.div_ceil(cfg.schedule.len());
+    let sender = Sender::fork(|| write_stream(tx.as_raw_fd(), stream, reps))?;
+    drop(tx); // the child's copy is the last: end of stream when it exits
+    let (mut q, w) = Queue::<F::Msg>::start(cfg.queue, TCP_BATCH);
+    let cpu0 = ThreadCpu::now();
+    let start = Instant::now();
+    let (mut delivered, mut bytes) = (0u64, 0u64);
+    while framer.read(rx.as_raw_fd())? > 0 {
+        while let Some(frame) = framer.next_frame() {
+            bytes += frame.payload().len() as u64;
+            delivered += 1;
+            q.push(frame);
+        }
+        q.flush()?;
+    }
+    let elapsed = start.elapsed();
+    let rx_cpu = ThreadCpu::now().since(cpu0);
+    drop(q);
+    let (seen, _sum, worker_cpu_s) = w.join().expect("worker panicked");
+    debug_assert_eq!(seen, delivered);
+    sender.wait()?;
+    let expected = (reps * cfg.schedule.len()) as u64;
+    if delivered != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("tcp: {delivered} frames received of {expected} sent"),
+        ));
+    }
+    Ok(Outcome {
+        delivered,
+        bytes,
+        elapsed,
+        rx_cpu,
+        worker_cpu_s,
+        rcvbuf: 0,
+    })
+}
+
+/// One cycle of the schedule as length-prefixed frames (u32 little-endian length, payload).
+fn frame_stream(schedule: &[usize]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(schedule.iter().map(|n| n + 4).sum());
+    for (i, &n) in schedule.iter().enumerate() {
+        s.put_u32_le(n as u32);
+        s.extend((0..n).map(|j| (i + j) as u8));
+    }
+    s
+}
+
+/// The sender of `tcp` (in the forked child: syscalls only): writes `stream` `reps` times.
+fn write_stream(fd: RawFd, stream: &[u8], reps: usize) -> i32 {
+    for _ in 0..reps {
+        let mut off = 0;
+        while off < stream.len() {
+            // SAFETY: `stream[off..]` is readable memory of the length passed (write(2)).
+            let r = unsafe { libc::write(fd, stream[off..].as_ptr().cast(), stream.len() - off) };
+            if r < 0 {
+                if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return 2;
+            }
+            off += r as usize;
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(workload: &'static str) -> NetConfig {
+        NetConfig {
+            workload,
+            mix: "64:2,1500:1,2048".into(),
+            schedule: parse_mix("64:2,1500:1,2048").unwrap(),
+            msgs: 3000,
+            batch: 32,
+            rate: 0,
+            preload: false,
+            chunk_size: 32768,
+            queue: 64,
+        }
+    }
+
+    #[test]
+    fn mix_parses_and_shuffles_reproducibly() {
+        let s = parse_mix("64:3, 1500:1").unwrap();
+        assert!(s.len() >= 1024);
+        let small = s.iter().filter(|&&n| n == 64).count();
+        assert!((small as f64 / s.len() as f64 - 0.75).abs() < 0.01);
+        assert_eq!(s, parse_mix("64:3,1500:1").unwrap());
+        // Unshuffled, the last quarter would be all 1500s.
+        assert!(s[s.len() - 256..].contains(&64), "not shuffled");
+        for bad in ["", "0", "4000", "64:0", "x:1"] {
+            let e = parse_mix(bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_allocator_receives_tcp_frames_whole() {
+        for t in TRANSPORTS {
+            let run = measure(&cfg("tcp"), t).unwrap();
+            let r = &run.record;
+            assert!(r.get("msgs_per_s").unwrap() > 0.0, "{t}");
+            assert!(r.get("peak_rss_bytes").unwrap() > 0.0, "{t}");
+        }
+    }
+
+    #[test]
+    fn every_allocator_receives_udp_datagrams() {
+        for t in TRANSPORTS {
+            let mut c = cfg("udp");
+            c.rate = 200_000; // gentle: no drops expected, but they would not fail the test
+            for preload in [false, true] {
+                c.preload = preload;
+                let run = measure(&c, t).unwrap();
+                let r = &run.record;
+                assert!(r.get("msgs_per_s").unwrap() > 0.0, "{t}");
+                let drops = r.get("drop_pct").unwrap();
+                assert!((0.0..100.0).contains(&drops), "{t}: {drops}% dropped");
+            }
+        }
+    }
+
+    #[test]
+    fn frames_split_whole_from_any_read_boundary() {
+        let stream = frame_stream(&[3, 0, 70]);
+        let mut f = FragFramer::new(4096);
+        // Feed the stream in 5-byte reads through a pipe-less path: the framing alone.
+        let mut frames = Vec::new();
+        for piece in stream.chunks(5) {
+            let carry = f.pending.len();
+            let mut room = f.cache.prepare(carry + piece.len(), carry + piece.len());
+            room[..carry].copy_from_slice(&f.pending);
+            room[carry..carry + piece.len()].copy_from_slice(piece);
+            f.pending = room.commit(carry + piece.len());
+            while let Some(fr) = f.next_frame() {
+                frames.push(fr.payload().to_vec());
+            }
+        }
+        let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+        assert_eq!(lens, [3, 0, 70]);
+        assert_eq!(frames[2][..2], [2, 3]); // frame 2's payload starts at (2 + 0) as u8
+    }
+}
