@@ -15,6 +15,7 @@ mod dontcache;
 mod frag;
 mod harness;
 mod lmbench;
+mod peer_death;
 mod pipe_bench;
 mod quick;
 mod stats;
@@ -45,6 +46,9 @@ enum Cmd {
     Bw(lmbench::BwArgs),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between threads or processes.
     Lat(lmbench::LatArgs),
+    /// Forked writers (or a reader) killed with SIGKILL at random moments: time until the
+    /// other side notices (end of file, BrokenPipe), and every record checked.
+    PeerDeath(peer_death::Args),
     /// dontcache-bench: buffered, O_DIRECT, RWF_DONTCACHE and pagepipe's dontcache writer.
     Dontcache(dontcache::Args),
     /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
@@ -61,6 +65,7 @@ fn main() {
         Some(Cmd::Pipe(a)) => pipe_bench::run(&a, opts),
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
+        Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
         Some(Cmd::Compare(a)) => compare::run(&a),
