@@ -470,11 +470,12 @@ pub fn mono_ns() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
     #[test]
     fn results_come_back_from_threads_and_processes() {
+        let _serial = serial();
         for between in [Between::Threads, Between::Processes] {
             let mut h = Histogram::default();
             h.record(Duration::from_micros(3));
@@ -495,30 +496,31 @@ mod tests {
         }
     }
 
+    /// Tests that fork run one at a time, so that no child holds another test's ends for long.
+    pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sleeper() -> Worker<()> {
+        let nap = || {
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(())
+        };
+        spawn(Between::Processes, nap, || {}).unwrap()
+    }
+
     #[test]
     fn a_hung_child_is_killed_and_a_killed_one_reported() {
-        let w = spawn(
-            Between::Processes,
-            || -> io::Result<()> {
-                std::thread::sleep(Duration::from_secs(60));
-                Ok(())
-            },
-            || {},
-        )
-        .unwrap();
-        let e = w.join(Duration::from_millis(50)).unwrap_err();
+        let _serial = serial();
+        let e = sleeper().join(Duration::from_millis(50)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        let w = spawn(
-            Between::Processes,
-            || -> io::Result<()> {
-                std::thread::sleep(Duration::from_secs(60));
-                Ok(())
-            },
-            || {},
-        )
-        .unwrap();
+        let w = sleeper();
         w.kill();
         let e = w.join(Duration::from_secs(30)).unwrap_err();
         assert!(e.to_string().contains("signal 9"), "{e}");
+        let w = sleeper();
+        w.kill();
+        w.reap_killed(Duration::from_secs(30)).unwrap();
     }
 }

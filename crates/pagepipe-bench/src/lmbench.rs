@@ -301,4 +301,33 @@ mod tests {
             io::ErrorKind::InvalidInput
         )));
     }
+
+    #[test]
+    fn every_transport_moves_bytes_between_processes() {
+        let _serial = crate::child::tests::serial();
+        let short = Duration::from_millis(30);
+        let all = [Transport::Kernel, Transport::Unix, Transport::Pagepipe];
+        for t in all {
+            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Processes);
+            assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
+            let lat = lat_once(t, short, Between::Processes).unwrap();
+            assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
+            let idle = idle_once(t, short, Between::Processes).unwrap();
+            assert_eq!(idle.config["between"], "processes");
+            let v = crate::pipe_bench::Variant {
+                transport: t,
+                pool: None,
+            };
+            let wl = crate::pipe_bench::Workload {
+                writers: 2,
+                readers: 2,
+                msgsize: 4096,
+                duration: short,
+                pipe: PipeConfig::default(),
+                between: Between::Processes,
+            };
+            let run = crate::pipe_bench::measure(v, &wl).unwrap();
+            assert!(run.record.get("writes_per_s").unwrap() > 0.0, "{t:?}");
+        }
+    }
 }

@@ -457,4 +457,28 @@ mod tests {
         // records, gaps, duplicated, torn, next of writer 0 and 1
         assert_eq!(out[1..], [6, 1, 1, 1, 4, 2]);
     }
+
+    #[test]
+    fn killed_peers_are_noticed_and_no_record_is_lost() {
+        let _serial = crate::child::tests::serial();
+        let a = Args {
+            transport: vec![Transport::Kernel, Transport::Pagepipe],
+            kill: vec![Victim::Writer, Victim::Reader],
+            kills: 3,
+            writers: 2,
+            max_life_ms: 5,
+            hang_ms: 10_000,
+            pipe_size: 65536,
+        };
+        for t in [Transport::Kernel, Transport::Pagepipe] {
+            for victim in [Victim::Writer, Victim::Reader] {
+                let rec = measure(t, victim, &a, 42).unwrap().record;
+                let m = |k: &str| rec.get(k).unwrap_or(0.0);
+                assert_eq!(m("detected") + m("hangs"), 3.0, "{t:?} {victim:?}");
+                for bad in ["early", "lost", "duplicated", "torn"] {
+                    assert_eq!(m(bad), 0.0, "{t:?} {victim:?} {bad}");
+                }
+            }
+        }
+    }
 }
