@@ -14,6 +14,8 @@ mod compare;
 mod dontcache;
 mod frag;
 mod harness;
+#[cfg(feature = "iceoryx2")]
+mod iox;
 mod lmbench;
 mod peer_death;
 mod pipe_bench;

@@ -73,15 +73,17 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     }
     let cfg = PipeConfig::default();
     for between in BOTH {
-        harness.run(bw_case(&all, &between.title("bw 64 KiB")), |i| {
-            bw_once(all[i], &cfg, 64 * 1024, stream, between).map(Run::from)
+        let ts = peers(&all, between);
+        harness.run(bw_case(&ts, &between.title("bw 64 KiB")), |i| {
+            bw_once(ts[i], &cfg, 64 * 1024, stream, between).map(Run::from)
         })?;
     }
     for between in BOTH {
-        let mut lat = lat_case(&all, &between.title("lat 1 B"));
+        let ts = peers(&all, between);
+        let mut lat = lat_case(&ts, &between.title("lat 1 B"));
         lat.columns.truncate(1);
         harness.run(lat, |i| {
-            lat_once(all[i], Duration::from_secs_f64(LAT_S), between)
+            lat_once(ts[i], Duration::from_secs_f64(LAT_S), between)
         })?;
     }
     let idle_process_wait = Duration::from_secs_f64(a.idle_wait);
@@ -97,6 +99,15 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
         "pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe, between \
          threads and between processes",
     )
+}
+
+/// `transports`, and between processes iceoryx2 (waiting on its event) where it is built in.
+fn peers(transports: &[Transport], between: Between) -> Vec<Transport> {
+    let mut ts = transports.to_vec();
+    if cfg!(feature = "iceoryx2") && between == Between::Processes {
+        ts.push(Transport::Iceoryx2);
+    }
+    ts
 }
 
 /// CPU of a reader blocked on an empty pipe for `wait`.
