@@ -263,8 +263,9 @@ pub enum Worker<T> {
     Thread(JoinHandle<io::Result<T>>),
     /// In a child process.
     Process {
-        /// Its process id.
-        pid: libc::pid_t,
+        /// The child, killed and reaped if dropped unreaped (an error path must not leave
+        /// children holding ends).
+        pid: Pid,
         /// Its result: state, length, words (or an error message's bytes).
         result: Shm,
     },
@@ -301,7 +302,23 @@ pub fn spawn<T: Wire + Send + 'static>(
         // SAFETY: ends the child at once, running no destructor of the parent's state.
         unsafe { libc::_exit(code) }
     }
-    Ok(Worker::Process { pid, result })
+    Ok(Worker::Process {
+        pid: Pid(Some(pid)),
+        result,
+    })
+}
+
+/// A forked child not yet reaped (`None` once reaped).
+pub struct Pid(Option<libc::pid_t>);
+
+impl Drop for Pid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = wait_timeout(pid, Duration::MAX);
+        }
+    }
 }
 
 /// Stores a child's result; returns its exit code.
@@ -345,7 +362,7 @@ impl<T: Wire> Worker<T> {
     pub fn pid(&self) -> Option<libc::pid_t> {
         match self {
             Worker::Thread(_) => None,
-            Worker::Process { pid, .. } => Some(*pid),
+            Worker::Process { pid, .. } => pid.0,
         }
     }
 
@@ -366,7 +383,7 @@ impl<T: Wire> Worker<T> {
     pub fn join(self, timeout: Duration) -> io::Result<T> {
         match self {
             Worker::Thread(h) => h.join().expect("worker thread panicked"),
-            Worker::Process { pid, result } => result_of(&result, reap(pid, timeout)?),
+            Worker::Process { mut pid, result } => result_of(&result, reap(&mut pid, timeout)?),
         }
     }
 
@@ -378,7 +395,7 @@ impl<T: Wire> Worker<T> {
     pub fn reap_killed(self, timeout: Duration) -> io::Result<()> {
         match self {
             Worker::Thread(h) => h.join().expect("worker thread panicked").map(drop),
-            Worker::Process { pid, result } => match reap(pid, timeout)? {
+            Worker::Process { mut pid, result } => match reap(&mut pid, timeout)? {
                 s if libc::WIFSIGNALED(s) && libc::WTERMSIG(s) == libc::SIGKILL => Ok(()),
                 s => result_of::<T>(&result, s).map(drop),
             },
@@ -386,14 +403,14 @@ impl<T: Wire> Worker<T> {
     }
 }
 
-/// Reaps `pid`, killing it if it still runs after `timeout` (`TimedOut`).
-fn reap(pid: libc::pid_t, timeout: Duration) -> io::Result<i32> {
+/// Reaps the child, killing it if it still runs after `timeout` (`TimedOut`).
+fn reap(child: &mut Pid, timeout: Duration) -> io::Result<i32> {
+    let pid = child.0.expect("a worker is reaped once");
     if let Some(status) = wait_timeout(pid, timeout)? {
+        child.0 = None;
         return Ok(status);
     }
-    // SAFETY: kill(2) on our own unreaped child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_timeout(pid, Duration::MAX)?;
+    drop(std::mem::replace(child, Pid(None))); // kills and reaps
     Err(io::Error::new(
         io::ErrorKind::TimedOut,
         format!("child {pid} still running after {timeout:?}: killed"),

@@ -15,7 +15,7 @@ use std::time::Duration;
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// Seconds the idle reader in another process blocks on an empty pipe (the target, < 1% of
-    /// a core, is stated for 10 s; each of the 12 runs waits this long).
+    /// a core, is stated for 10 s; 6 runs per transport each wait this long).
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub idle_wait: f64,
 }
