@@ -352,7 +352,7 @@ fn store<T: Wire>(slot: &Shm, out: io::Result<T>) -> i32 {
     for (w, v) in words[2..].iter().zip(&body) {
         w.store(*v, Ordering::Relaxed);
     }
-    // Release: pairs with the Acquire load in `Worker::result` (waitpid orders it too).
+    // Release: pairs with the Acquire load in `result_of` (waitpid orders it too).
     words[0].store(state, Ordering::Release);
     i32::from(state != OK)
 }

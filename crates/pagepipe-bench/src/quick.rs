@@ -14,8 +14,9 @@ use std::time::Duration;
 /// Options of the quick suite.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
-    /// Seconds the idle reader in another process blocks on an empty pipe (the target, < 1% of
-    /// a core, is stated for 10 s; 6 runs per transport each wait this long).
+    /// Quick suite only: seconds the idle reader in another process blocks on an empty pipe
+    /// (the target, < 1% of a core, is stated for 10 s; 6 runs per transport each wait this
+    /// long).
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub idle_wait: f64,
 }
