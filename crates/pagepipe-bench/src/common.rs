@@ -68,6 +68,14 @@ impl Usage {
         usage(libc::RUSAGE_THREAD)
     }
 
+    /// This and `other` together.
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            minor_faults: self.minor_faults + other.minor_faults,
+            cpu_s: self.cpu_s + other.cpu_s,
+        }
+    }
+
     /// The usage between `earlier` and this.
     pub fn since(self, earlier: Usage) -> Usage {
         Usage {
@@ -111,6 +119,19 @@ impl Histogram {
     pub fn record(&mut self, d: Duration) {
         let ns = d.as_nanos().min(u128::from(HIST_MAX_NS)) as u64;
         self.0.saturating_record(ns);
+    }
+
+    /// Counts `count` latencies of `ns` nanoseconds.
+    pub fn record_n(&mut self, ns: u64, count: u64) {
+        self.0.saturating_record_n(ns.clamp(1, HIST_MAX_NS), count);
+    }
+
+    /// Every recorded value (ns, as its bucket's highest equivalent) with its count.
+    pub fn counts(&self) -> Vec<(u64, u64)> {
+        self.0
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
     }
 
     /// Adds every count of `other`.

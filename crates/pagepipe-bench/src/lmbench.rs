@@ -1,13 +1,14 @@
-//! `bw` and `lat`: lmbench's bw_pipe / bw_unix (64 KiB writes between two threads) and
-//! lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side by side.
+//! `bw` and `lat`: lmbench's bw_pipe / bw_unix (64 KiB writes between two threads or two
+//! processes) and lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side
+//! by side; and the CPU of a reader blocked on an empty pipe (`idle`).
 
+use crate::child::{spawn, Between, Flags, Meter};
 use crate::common::{Histogram, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::transport::{self, parse_pool, PipeConfig, Transport};
+use crate::pipe_bench::CHILD_GRACE;
+use crate::transport::{self, parse_pool, PipeConfig, Transport, W};
 use pagepipe::PoolPolicy;
-use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 /// Options of `pagepipe-bench bw`.
@@ -31,6 +32,10 @@ pub struct BwArgs {
     /// Seconds per run.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
+    /// Where the two sides run, comma separated: threads of this process, or this process and
+    /// a forked child.
+    #[arg(long, value_delimiter = ',', default_value = "threads")]
+    pub between: Vec<Between>,
 }
 
 /// Options of `pagepipe-bench lat`.
@@ -42,43 +47,52 @@ pub struct LatArgs {
     /// Seconds per run.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
+    /// Where the two sides run, comma separated: threads of this process, or this process and
+    /// a forked child.
+    #[arg(long, value_delimiter = ',', default_value = "threads")]
+    pub between: Vec<Between>,
 }
 
-/// One bw run: a writer thread writes `size`-byte chunks, the caller's thread reads and counts.
+/// One bw run: a writer (thread or child process) writes `size`-byte chunks; this thread
+/// reads and counts.
 pub fn bw_once(
     t: Transport,
     cfg: &PipeConfig,
     size: usize,
     duration: Duration,
+    between: Between,
 ) -> io::Result<Record> {
     let (mut ws, mut rs) = transport::open(t, cfg, 1, 1)?;
-    let (mut w, mut r) = (ws.pop().unwrap(), rs.pop().unwrap());
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let writer = std::thread::spawn(move || -> io::Result<()> {
-        let buf = vec![0x5au8; size];
-        while !stop2.load(Ordering::Relaxed) {
-            if let Err(e) = w.write_all(&buf) {
-                return if reader_hung_up(&e) { Ok(()) } else { Err(e) };
-            }
-        }
-        Ok(())
-    });
+    let w = ws.pop().expect("one writer");
+    let flags = Flags::new()?;
+    let f = flags.clone();
+    let writer = spawn(
+        between,
+        move || write_until_hangup(w, &f, size),
+        || rs.clear(),
+    )?;
+    let mut r = rs.pop().expect("one reader");
     let mut buf = vec![0u8; size];
     let warm = Instant::now() + duration / 5;
     while Instant::now() < warm {
         let _warm_up_bytes = r.read(&mut buf)?;
     }
     let (u0, t0) = (Usage::now(), Instant::now());
+    flags.set_measuring(true);
     let mut bytes = 0u64;
     while t0.elapsed() < duration {
         bytes += r.read(&mut buf)? as u64;
     }
-    let (usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
-    stop.store(true, Ordering::Relaxed);
+    flags.set_measuring(false);
+    let (mut usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
+    flags.stop();
     drop(r); // the writer gets BrokenPipe (or ConnectionReset) if it is blocked
-    writer.join().expect("writer thread panicked")?;
+    let spent = writer.join(duration + CHILD_GRACE)?;
+    if between == Between::Processes {
+        usage = usage.plus(spent);
+    }
     let mut rec = Record::new("bw", t.name())
+        .config("between", between.name())
         .config("size", size)
         .config("pipe_size", cfg.pipe_size);
     if t == Transport::Pagepipe {
@@ -90,29 +104,52 @@ pub fn bw_once(
     Ok(rec)
 }
 
+/// bw's writer: writes until told to stop or the reader hangs up; returns its usage over the
+/// measured window.
+fn write_until_hangup(mut w: W, flags: &Flags, size: usize) -> io::Result<Usage> {
+    let buf = vec![0x5au8; size];
+    let mut meter = Meter::default();
+    while !flags.stopped() {
+        if let Err(e) = w.write_all(&buf) {
+            return if reader_hung_up(&e) {
+                Ok(meter.spent())
+            } else {
+                Err(e)
+            };
+        }
+        meter.tick(flags);
+    }
+    Ok(meter.spent())
+}
+
 /// The reader closed its end: EPIPE, or ECONNRESET from an AF_UNIX socket closed with unread
 /// data in its queue (`unix_release_sock`).
-fn reader_hung_up(e: &io::Error) -> bool {
+pub fn reader_hung_up(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
     )
 }
 
-/// One lat run: 1-byte ping-pong between this thread and an echo thread over two channels.
-pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Run> {
+/// One lat run: 1-byte ping-pong between this thread and an echo thread or child process over
+/// two channels.
+pub fn lat_once(t: Transport, duration: Duration, between: Between) -> io::Result<Run> {
     let cfg = PipeConfig::default();
     let (mut w1, mut r1) = transport::open(t, &cfg, 1, 1)?;
     let (mut w2, mut r2) = transport::open(t, &cfg, 1, 1)?;
-    let (mut ping, mut pong_in) = (w1.pop().unwrap(), r2.pop().unwrap());
-    let (mut echo_in, mut echo_out) = (r1.pop().unwrap(), w2.pop().unwrap());
-    let echo = std::thread::spawn(move || -> io::Result<()> {
+    let (mut echo_in, mut echo_out) = (r1.pop().expect("one"), w2.pop().expect("one"));
+    let echo = move || -> io::Result<()> {
         let mut b = [0u8; 1];
         while echo_in.read(&mut b)? == 1 {
             echo_out.write_all(&b)?;
         }
         Ok(())
-    });
+    };
+    let echo = spawn(between, echo, || {
+        w1.clear();
+        r2.clear();
+    })?;
+    let (mut ping, mut pong_in) = (w1.pop().expect("one"), r2.pop().expect("one"));
     let mut hist = Histogram::default();
     let mut b = [7u8; 1];
     let warm = Instant::now() + duration / 5;
@@ -132,9 +169,9 @@ pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Run> {
     while t0.elapsed() < duration {
         round(Some(&mut hist))?;
     }
-    drop(ping); // end of file for the echo thread
-    echo.join().expect("echo thread panicked")?;
-    let mut rec = Record::new("lat", t.name());
+    drop(ping); // end of file for the echo side
+    echo.join(duration + CHILD_GRACE)?;
+    let mut rec = Record::new("lat", t.name()).config("between", between.name());
     hist.put_metrics(&mut rec);
     rec.metric("round_trips", hist.count() as f64);
     Ok(Run {
@@ -143,21 +180,29 @@ pub fn lat_once(t: Transport, duration: Duration) -> io::Result<Run> {
     })
 }
 
-/// CPU used by a reader blocked on an empty pipe for `wait`, as a percentage of one core
-/// (the reader thread's own `RUSAGE_THREAD`).
-pub fn idle_once(t: Transport, wait: Duration) -> io::Result<Record> {
+/// CPU used by a reader blocked on an empty pipe for `wait`, as a percentage of one core: a
+/// reader thread's own `RUSAGE_THREAD`, or a reader process's whole `RUSAGE_SELF`.
+pub fn idle_once(t: Transport, wait: Duration, between: Between) -> io::Result<Record> {
     let (mut ws, mut rs) = transport::open(t, &PipeConfig::default(), 1, 1)?;
-    let (mut w, mut r) = (ws.pop().unwrap(), rs.pop().unwrap());
-    let reader = std::thread::spawn(move || -> io::Result<f64> {
-        let u0 = Usage::thread();
+    let mut r = rs.pop().expect("one reader");
+    let reader = move || -> io::Result<f64> {
+        let usage = || match between {
+            Between::Threads => Usage::thread(),
+            Between::Processes => Usage::now(),
+        };
+        let u0 = usage();
         let mut b = [0u8; 1];
         r.read_exact(&mut b)?;
-        Ok(Usage::thread().since(u0).cpu_s)
-    });
+        Ok(usage().since(u0).cpu_s)
+    };
+    let reader = spawn(between, reader, || ws.clear())?;
+    let mut w = ws.pop().expect("one writer");
     std::thread::sleep(wait);
     w.write_all(b"x")?;
-    let cpu = reader.join().expect("reader thread panicked")?;
-    let mut rec = Record::new("idle", t.name()).config("wait_s", wait.as_secs_f64());
+    let cpu = reader.join(wait + CHILD_GRACE)?;
+    let mut rec = Record::new("idle", t.name())
+        .config("between", between.name())
+        .config("wait_s", wait.as_secs_f64());
     rec.metric("cpu_pct", cpu / wait.as_secs_f64() * 100.0);
     Ok(rec)
 }
@@ -203,9 +248,11 @@ pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
     let mut harness = Harness::new(opts, "bw", RECOMMENDED_RUNS)?;
     let title = format!("bw {} KiB", a.size / 1024);
-    harness.run(bw_case(&a.transport, &title), |i| {
-        bw_once(a.transport[i], &cfg, a.size, d).map(Run::from)
-    })?;
+    for &between in &a.between {
+        harness.run(bw_case(&a.transport, &between.title(&title)), |i| {
+            bw_once(a.transport[i], &cfg, a.size, d, between).map(Run::from)
+        })?;
+    }
     harness.finish(&format!(
         "bw: {} B writes, {} B pipe, {} s per run",
         a.size, a.pipe_size, a.duration
@@ -219,16 +266,17 @@ pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
 pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
     let mut harness = Harness::new(opts, "lat", RECOMMENDED_RUNS)?;
-    harness.run(lat_case(&a.transport, "lat 1 B"), |i| {
-        lat_once(a.transport[i], d)
-    })?;
+    for &between in &a.between {
+        harness.run(lat_case(&a.transport, &between.title("lat 1 B")), |i| {
+            lat_once(a.transport[i], d, between)
+        })?;
+    }
     harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use std::os::unix::net::UnixStream;
 
     #[test]
@@ -252,5 +300,40 @@ mod tests {
         assert!(!reader_hung_up(&io::Error::from(
             io::ErrorKind::InvalidInput
         )));
+    }
+
+    #[test]
+    fn every_transport_moves_bytes_between_processes() {
+        let _serial = crate::child::tests::serial();
+        let short = Duration::from_millis(30);
+        let mut all = vec![Transport::Kernel, Transport::Unix, Transport::Pagepipe];
+        if cfg!(feature = "iceoryx2") {
+            all.extend([Transport::Iceoryx2, Transport::Iceoryx2Spin]);
+        }
+        for t in all {
+            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Processes);
+            assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
+            let lat = lat_once(t, short, Between::Processes).unwrap();
+            assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
+            let idle = idle_once(t, short, Between::Processes).unwrap();
+            assert_eq!(idle.config["between"], "processes");
+            if matches!(t, Transport::Iceoryx2 | Transport::Iceoryx2Spin) {
+                continue; // one writer and one reader only
+            }
+            let v = crate::pipe_bench::Variant {
+                transport: t,
+                pool: None,
+            };
+            let wl = crate::pipe_bench::Workload {
+                writers: 2,
+                readers: 2,
+                msgsize: 4096,
+                duration: short,
+                pipe: PipeConfig::default(),
+                between: Between::Processes,
+            };
+            let run = crate::pipe_bench::measure(v, &wl).unwrap();
+            assert!(run.record.get("writes_per_s").unwrap() > 0.0, "{t:?}");
+        }
     }
 }

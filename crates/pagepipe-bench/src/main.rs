@@ -1,18 +1,23 @@
 //! `pagepipe-bench`: reruns each seed's benchmark with the kernel's primitive and pagepipe side by
 //! side, alternating in one run, and reports the ratios with distribution-free intervals.
 //!
-//! With no subcommand it runs the quick suite (about 90 s): one table of every transport.
+//! With no subcommand it runs the quick suite (about 90 s): one table of every transport,
+//! between threads and between processes.
 //! `compare OLD.jsonl NEW.jsonl` compares two saved `--json` runs.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod child;
 mod common;
 mod compare;
 mod dontcache;
 mod frag;
 mod harness;
+#[cfg(feature = "iceoryx2")]
+mod iox;
 mod lmbench;
+mod peer_death;
 mod pipe_bench;
 mod quick;
 mod stats;
@@ -31,16 +36,21 @@ struct Cli {
     cmd: Option<Cmd>,
     #[command(flatten)]
     run: harness::RunArgs,
+    #[command(flatten)]
+    quick: quick::Args,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
     /// pipe_bench (tools/testing/selftests/pipe): N writers and M readers on one pipe.
     Pipe(pipe_bench::Args),
-    /// lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes between two threads.
+    /// lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes between two threads or processes.
     Bw(lmbench::BwArgs),
-    /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between two threads.
+    /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between threads or processes.
     Lat(lmbench::LatArgs),
+    /// Forked writers (or a reader) killed with SIGKILL at random moments: time until the
+    /// other side notices (end of file, BrokenPipe), and every record checked.
+    PeerDeath(peer_death::Args),
     /// dontcache-bench: buffered, O_DIRECT, RWF_DONTCACHE and pagepipe's dontcache writer.
     Dontcache(dontcache::Args),
     /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
@@ -53,10 +63,11 @@ fn main() {
     let cli = Cli::parse();
     let opts = &cli.run;
     let result = match cli.cmd {
-        None => quick::run(opts),
+        None => quick::run(&cli.quick, opts),
         Some(Cmd::Pipe(a)) => pipe_bench::run(&a, opts),
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
+        Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
         Some(Cmd::Compare(a)) => compare::run(&a),

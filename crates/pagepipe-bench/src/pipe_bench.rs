@@ -1,16 +1,17 @@
 //! `pagepipe-bench pipe`: the workload of Linux's tools/testing/selftests/pipe/pipe_bench.c.
 //!
-//! N writer threads and M reader threads share one pipe (1 MiB by default); writers send
-//! fixed-size messages (64 KiB) for a fixed time and time every write; readers drain. Reports
-//! writes/s, MB/s, per-write latency and the page faults and CPU the run cost.
+//! N writers and M readers share one pipe (1 MiB by default); writers send fixed-size messages
+//! (64 KiB) for a fixed time and time every write; readers drain. Writers and readers are
+//! threads, or (`--between processes`) each a forked process of its own. Reports writes/s, MB/s,
+//! per-write latency and the page faults and CPU the run cost (between processes: the sum of
+//! what every child spent over the measured window).
 
+use crate::child::{spawn, Between, Flags, Meter};
 use crate::common::{Histogram, MemoryHog, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::transport::{self, parse_pool, pool_name, PipeConfig, Transport};
+use crate::transport::{self, parse_pool, pool_name, PipeConfig, Transport, R, W};
 use pagepipe::PoolPolicy;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Clone, Debug)]
@@ -18,12 +19,16 @@ pub struct Args {
     /// Transports to compare, alternating in one run.
     #[arg(long, value_delimiter = ',', default_value = "kernel,pagepipe")]
     pub transport: Vec<Transport>,
-    /// Writer threads (with --readers; without both, sweeps {1,2,5} x {1,5,10} as pipe_bench does).
+    /// Writers (with --readers; without both, sweeps {1,2,5} x {1,5,10} as pipe_bench does).
     #[arg(short = 'w', long)]
     pub writers: Option<usize>,
-    /// Reader threads.
+    /// Readers.
     #[arg(short = 'r', long)]
     pub readers: Option<usize>,
+    /// Where writers and readers run, comma separated: threads of this process, or forked
+    /// processes (each writer and each reader a process of its own).
+    #[arg(long, value_delimiter = ',', default_value = "threads")]
+    pub between: Vec<Between>,
     /// Bytes per write.
     #[arg(long, default_value_t = 64 * 1024)]
     pub msgsize: usize,
@@ -87,9 +92,9 @@ pub fn variants(transports: &[Transport], pools: &[PoolPolicy]) -> Vec<Variant> 
 /// What one pipe_bench run measures.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
-    /// Writer threads.
+    /// Writers.
     pub writers: usize,
-    /// Reader threads.
+    /// Readers.
     pub readers: usize,
     /// Bytes per write.
     pub msgsize: usize,
@@ -97,6 +102,8 @@ pub struct Workload {
     pub duration: Duration,
     /// How to build the pipe.
     pub pipe: PipeConfig,
+    /// Writers and readers on threads or in forked processes.
+    pub between: Between,
 }
 
 impl Variant {
@@ -106,59 +113,57 @@ impl Variant {
     }
 }
 
+/// How long a run may take beyond its duration before a child is declared hung.
+pub const CHILD_GRACE: Duration = Duration::from_secs(60);
+
 /// Runs the workload once on `v` and returns its metrics and write latencies.
 pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     let mut cfg = wl.pipe;
     if let Some(p) = v.pool {
         cfg.pool = p;
     }
-    let (ws, rs) = transport::open(v.transport, &cfg, wl.writers, wl.readers)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let measuring = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = rs
-        .into_iter()
-        .map(|mut r| {
-            let size = wl.msgsize;
-            std::thread::spawn(move || -> io::Result<()> {
-                let mut buf = vec![0u8; size];
-                while r.read(&mut buf)? > 0 {}
-                Ok(())
-            })
-        })
-        .collect();
-    let writers: Vec<_> = ws
-        .into_iter()
-        .map(|mut w| {
-            let (stop, measuring, size) = (stop.clone(), measuring.clone(), wl.msgsize);
-            std::thread::spawn(move || -> io::Result<Histogram> {
-                let msg = vec![0xa5u8; size];
-                let mut hist = Histogram::default();
-                while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    w.write_all(&msg)?;
-                    if measuring.load(Ordering::Relaxed) {
-                        hist.record(t0.elapsed());
-                    }
-                }
-                Ok(hist)
-            })
-        })
-        .collect();
+    let (mut ws, mut rs) = transport::open(v.transport, &cfg, wl.writers, wl.readers)?;
+    let flags = Flags::new()?;
+    let size = wl.msgsize;
+    let mut readers = Vec::new();
+    while let Some(r) = rs.pop() {
+        let flags = flags.clone();
+        let f = move || read_all(r, &flags, size);
+        readers.push(spawn(wl.between, f, || {
+            ws.clear();
+            rs.clear();
+        })?);
+    }
+    let mut writers = Vec::new();
+    while let Some(w) = ws.pop() {
+        let flags = flags.clone();
+        let f = move || write_until_stopped(w, &flags, size);
+        writers.push(spawn(wl.between, f, || ws.clear())?);
+    }
     std::thread::sleep((wl.duration / 4).min(Duration::from_millis(500)));
     let (u0, t0) = (Usage::now(), Instant::now());
-    measuring.store(true, Ordering::Relaxed);
+    flags.set_measuring(true);
     std::thread::sleep(wl.duration);
-    measuring.store(false, Ordering::Relaxed);
-    let (usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
-    stop.store(true, Ordering::Relaxed);
+    flags.set_measuring(false);
+    let (mut usage, secs) = (Usage::now().since(u0), t0.elapsed().as_secs_f64());
+    flags.stop();
     let mut hist = Histogram::default();
+    let limit = wl.duration + CHILD_GRACE;
     for w in writers {
-        hist.merge(&w.join().expect("writer thread panicked")?);
+        let (h, u) = w.join(limit)?;
+        hist.merge(&h);
+        if wl.between == Between::Processes {
+            usage = usage.plus(u);
+        }
     }
     for r in readers {
-        r.join().expect("reader thread panicked")?;
+        let u = r.join(limit)?;
+        if wl.between == Between::Processes {
+            usage = usage.plus(u);
+        }
     }
     let mut rec = Record::new("pipe", v.transport.name())
+        .config("between", wl.between.name())
         .config("writers", wl.writers)
         .config("readers", wl.readers)
         .config("msgsize", wl.msgsize)
@@ -181,6 +186,33 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     })
 }
 
+/// A writer: `size`-byte writes, each timed while the window is open, until told to stop.
+/// Returns the latencies and (for a process) its usage over the window.
+fn write_until_stopped(mut w: W, flags: &Flags, size: usize) -> io::Result<(Histogram, Usage)> {
+    let msg = vec![0xa5u8; size];
+    let mut hist = Histogram::default();
+    let mut meter = Meter::default();
+    while !flags.stopped() {
+        let t0 = Instant::now();
+        w.write_all(&msg)?;
+        if flags.measuring() {
+            hist.record(t0.elapsed());
+        }
+        meter.tick(flags);
+    }
+    Ok((hist, meter.spent()))
+}
+
+/// A reader: drains until end of file; returns (for a process) its usage over the window.
+fn read_all(mut r: R, flags: &Flags, size: usize) -> io::Result<Usage> {
+    let mut buf = vec![0u8; size];
+    let mut meter = Meter::default();
+    while r.read(&mut buf)? > 0 {
+        meter.tick(flags);
+    }
+    Ok(meter.spent())
+}
+
 /// The table rows of a pipe_bench case (the first is what charts and `--runs auto` use).
 pub const COLUMNS: [Column; 4] = [
     Column::new("mbps", "MB/s", 1.0, 0),
@@ -189,11 +221,17 @@ pub const COLUMNS: [Column; 4] = [
     Column::new("minor_faults", "page faults", 1.0, 0),
 ];
 
-/// The case of `writers` x `readers` on every variant.
-pub fn case(vs: &[Variant], writers: usize, readers: usize, columns: &[Column]) -> Case {
+/// The case of `writers` x `readers` on every variant, on threads or processes.
+pub fn case(
+    vs: &[Variant],
+    writers: usize,
+    readers: usize,
+    between: Between,
+    columns: &[Column],
+) -> Case {
     Case {
         bench: "pipe",
-        title: format!("pipe {writers}w/{readers}r"),
+        title: between.title(&format!("pipe {writers}w/{readers}r")),
         arms: vs.iter().map(Variant::arm).collect(),
         columns: columns.to_vec(),
     }
@@ -219,15 +257,19 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     };
     let _hog = MemoryHog::start(a.memory_pressure)?;
     let mut harness = Harness::new(opts, "pipe", RECOMMENDED_RUNS)?;
-    for (writers, readers) in configs {
+    for ((writers, readers), &between) in configs
+        .iter()
+        .flat_map(|c| a.between.iter().map(move |b| (*c, b)))
+    {
         let wl = Workload {
             writers,
             readers,
             msgsize: a.msgsize,
             duration: Duration::from_secs_f64(a.duration),
             pipe,
+            between,
         };
-        harness.run(case(&vs, writers, readers, &COLUMNS), |i| {
+        harness.run(case(&vs, writers, readers, between, &COLUMNS), |i| {
             let mut run = measure(vs[i], &wl)?;
             run.record
                 .config

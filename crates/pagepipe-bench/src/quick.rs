@@ -1,6 +1,8 @@
-//! The quick suite (no subcommand): every benchmark briefly, every transport side by side, in
-//! about 90 s on this 2-core machine, as one table with the ratios to the kernel.
+//! The quick suite (no subcommand): every benchmark briefly, every transport side by side,
+//! between threads and between processes, in about 90 s on this 2-core machine, as one table
+//! with the ratios to the kernel.
 
+use crate::child::Between;
 use crate::harness::{Case, Column, Harness, Run, RunArgs, MIN_RUNS};
 use crate::lmbench::{arms, bw_case, bw_once, idle_once, lat_case, lat_once};
 use crate::pipe_bench::{self, variants, Workload};
@@ -9,58 +11,111 @@ use pagepipe::PoolPolicy;
 use std::io;
 use std::time::Duration;
 
-/// How long a blocked reader waits in the idle case.
-const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// Options of the quick suite.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    /// Quick suite only: seconds the idle reader in another process blocks on an empty pipe
+    /// (the target, < 1% of a core, is stated for 10 s; 6 runs per transport each wait this
+    /// long).
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub idle_wait: f64,
+}
+
+/// How long a blocked reader thread waits in the idle case between threads.
+const IDLE_THREAD_WAIT: Duration = Duration::from_millis(500);
+/// Seconds measured per run of pipe and bw (a run also warms up for a quarter or fifth of it).
+const STREAM_S: f64 = 0.4;
+/// Seconds measured per lat run.
+const LAT_S: f64 = 0.25;
+const BOTH: [Between; 2] = [Between::Threads, Between::Processes];
 
 /// `pagepipe-bench` with no subcommand.
 ///
 /// # Errors
-/// A transport cannot be opened or fails mid-run.
-pub fn run(opts: &RunArgs) -> io::Result<()> {
+/// A transport cannot be opened or fails mid-run; `InvalidInput` for a bad `--idle-wait`.
+pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
+    if !(a.idle_wait > 0.0 && a.idle_wait.is_finite()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--idle-wait {} must be a positive number of seconds",
+                a.idle_wait
+            ),
+        ));
+    }
     let kp = [Transport::Kernel, Transport::Pagepipe];
     let all = [Transport::Kernel, Transport::Unix, Transport::Pagepipe];
-    let second = Duration::from_secs(1);
+    let stream = Duration::from_secs_f64(STREAM_S);
     // The fewest runs with a 95% interval, so the suite fits in about 90 s. It finds a 10%
     // difference with 82% power (`stats`' tests); the subcommands' 12 runs find 5%.
     let mut harness = Harness::new(opts, "quick", MIN_RUNS)?;
     let vs = variants(&kp, &[PoolPolicy::default()]);
     for (w, r) in [(1, 1), (5, 5)] {
-        let wl = Workload {
-            writers: w,
-            readers: r,
-            msgsize: 64 * 1024,
-            duration: second,
-            pipe: PipeConfig {
-                pipe_size: 1 << 20,
-                ..PipeConfig::default()
-            },
-        };
-        let columns = [
-            pipe_bench::COLUMNS[0],
-            pipe_bench::COLUMNS[1],
-            pipe_bench::COLUMNS[3],
-        ];
-        let case = pipe_bench::case(&vs, w, r, &columns);
-        harness.run(case, |i| pipe_bench::measure(vs[i], &wl))?;
+        for between in BOTH {
+            let wl = Workload {
+                writers: w,
+                readers: r,
+                msgsize: 64 * 1024,
+                duration: stream,
+                pipe: PipeConfig {
+                    pipe_size: 1 << 20,
+                    ..PipeConfig::default()
+                },
+                between,
+            };
+            let columns = [
+                pipe_bench::COLUMNS[0],
+                pipe_bench::COLUMNS[1],
+                pipe_bench::COLUMNS[3],
+            ];
+            let case = pipe_bench::case(&vs, w, r, between, &columns);
+            harness.run(case, |i| pipe_bench::measure(vs[i], &wl))?;
+        }
     }
     let cfg = PipeConfig::default();
-    harness.run(bw_case(&all, "bw 64 KiB"), |i| {
-        bw_once(all[i], &cfg, 64 * 1024, second).map(Run::from)
-    })?;
-    let mut lat = lat_case(&all, "lat 1 B");
-    lat.columns.truncate(1);
-    harness.run(lat, |i| lat_once(all[i], second / 2))?;
-    harness.run(idle_case(&kp), |i| {
-        idle_once(kp[i], IDLE_WAIT).map(Run::from)
-    })?;
-    harness.finish("pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe")
+    for between in BOTH {
+        let ts = peers(&all, between);
+        harness.run(bw_case(&ts, &between.title("bw 64 KiB")), |i| {
+            bw_once(ts[i], &cfg, 64 * 1024, stream, between).map(Run::from)
+        })?;
+    }
+    for between in BOTH {
+        let ts = peers(&all, between);
+        let mut lat = lat_case(&ts, &between.title("lat 1 B"));
+        lat.columns.truncate(1);
+        harness.run(lat, |i| {
+            lat_once(ts[i], Duration::from_secs_f64(LAT_S), between)
+        })?;
+    }
+    let idle_process_wait = Duration::from_secs_f64(a.idle_wait);
+    for (between, wait) in [
+        (Between::Threads, IDLE_THREAD_WAIT),
+        (Between::Processes, idle_process_wait),
+    ] {
+        harness.run(idle_case(&kp, between, wait), |i| {
+            idle_once(kp[i], wait, between).map(Run::from)
+        })?;
+    }
+    harness.finish(
+        "pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe, between \
+         threads and between processes",
+    )
 }
 
-/// CPU of a reader blocked on an empty pipe.
-fn idle_case(transports: &[Transport]) -> Case {
+/// `transports`, and between processes iceoryx2 (waiting on its event) where it is built in.
+fn peers(transports: &[Transport], between: Between) -> Vec<Transport> {
+    let mut ts = transports.to_vec();
+    if cfg!(feature = "iceoryx2") && between == Between::Processes {
+        ts.push(Transport::Iceoryx2);
+    }
+    ts
+}
+
+/// CPU of a reader blocked on an empty pipe for `wait`.
+pub fn idle_case(transports: &[Transport], between: Between, wait: Duration) -> Case {
     Case {
         bench: "idle",
-        title: format!("idle reader {} s", IDLE_WAIT.as_secs_f64()),
+        title: between.title(&format!("idle reader {} s", wait.as_secs_f64())),
         arms: arms(transports),
         columns: vec![Column::new("cpu_pct", "% of a core", 1.0, 3)],
     }

@@ -1,4 +1,5 @@
-//! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, and pagepipe.
+//! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, pagepipe,
+//! and with `--features iceoryx2`, iceoryx2.
 
 use pagepipe::PoolPolicy;
 use std::fs::File;
@@ -14,6 +15,11 @@ pub enum Transport {
     Unix,
     /// pagepipe.
     Pagepipe,
+    /// iceoryx2 publish-subscribe, the reader sleeping on an event (`--features iceoryx2`;
+    /// one writer, one reader).
+    Iceoryx2,
+    /// iceoryx2 with a busy-polling reader, no event (`--features iceoryx2`).
+    Iceoryx2Spin,
 }
 
 impl Transport {
@@ -22,6 +28,8 @@ impl Transport {
             Transport::Kernel => "kernel",
             Transport::Unix => "unix",
             Transport::Pagepipe => "pagepipe",
+            Transport::Iceoryx2 => "iceoryx2",
+            Transport::Iceoryx2Spin => "iceoryx2-spin",
         }
     }
 }
@@ -82,6 +90,38 @@ pub fn open(
             let rs = (0..readers).map(|_| Box::new(r.clone()) as R).collect();
             Ok((ws, rs))
         }
+        Transport::Iceoryx2 | Transport::Iceoryx2Spin => {
+            iceoryx2(t == Transport::Iceoryx2Spin, cfg, writers, readers)
+        }
+    }
+}
+
+/// An iceoryx2 channel: one writer, one reader (publish-subscribe would give every reader
+/// every byte, and the ports are not shared between handles).
+fn iceoryx2(
+    spin: bool,
+    cfg: &PipeConfig,
+    writers: usize,
+    readers: usize,
+) -> io::Result<(Vec<W>, Vec<R>)> {
+    if (writers, readers) != (1, 1) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("iceoryx2 takes one writer and one reader, not {writers} and {readers}"),
+        ));
+    }
+    #[cfg(feature = "iceoryx2")]
+    {
+        let (w, r) = crate::iox::channel(cfg.pipe_size, spin);
+        Ok((vec![Box::new(w) as W], vec![Box::new(r) as R]))
+    }
+    #[cfg(not(feature = "iceoryx2"))]
+    {
+        let _ = (spin, cfg);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "built without iceoryx2 (cargo build --features iceoryx2)",
+        ))
     }
 }
 
