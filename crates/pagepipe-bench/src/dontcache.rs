@@ -447,6 +447,15 @@ fn run_once(
         let max = thread_mbps.iter().copied().fold(0.0, f64::max);
         let min = thread_mbps.iter().copied().fold(f64::INFINITY, f64::min);
         rec.metric("fairness", if max > 0.0 { min / max } else { 0.0 });
+        // Jain's index (sum x)^2 / (n * sum x^2): 1 when all writers get the same MB/s, 1/n when
+        // one gets everything.
+        let sum: f64 = thread_mbps.iter().sum();
+        let sq: f64 = thread_mbps.iter().map(|x| x * x).sum();
+        let n = thread_mbps.len() as f64;
+        rec.metric(
+            "fairness_jain",
+            if sq > 0.0 { sum * sum / (n * sq) } else { 0.0 },
+        );
     }
     rec.metric("writes", hist.count() as f64);
     rec.metric("lat_avg_ns", hist.mean_ns());
@@ -679,6 +688,8 @@ fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
                 format!("{:.1}", rec.get("cache_left_pct").unwrap_or(0.0)),
                 rec.get("fairness")
                     .map_or("-".into(), |f| format!("{f:.2}")),
+                rec.get("fairness_jain")
+                    .map_or("-".into(), |f| format!("{f:.2}")),
                 rec.get("competitor_mbps")
                     .map_or("-".into(), |c| format!("{c:.0}")),
             ]);
@@ -696,7 +707,8 @@ fn report(args: &Args, results: &[Vec<Vec<Record>>], json: bool) {
                 "p99.9 us",
                 "peak dirty MiB",
                 "cache left %",
-                "fairness",
+                "fairness min/max",
+                "Jain",
                 "competitor MB/s",
             ],
             &rows,
