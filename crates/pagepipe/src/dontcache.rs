@@ -84,6 +84,10 @@ const MAX_PASSES: usize = 16;
 /// Pauses of [`Writer::pace`] shorter than this accumulate until they reach it.
 const MIN_PAUSE: Duration = Duration::from_micros(50);
 
+/// The bandwidth [`Writer::pace`] assumes until the flusher has measured one (bytes per second):
+/// a first writer fills half its window in milliseconds, before the first sample.
+const INITIAL_BANDWIDTH: u64 = 256 << 20;
+
 /// The longest single pause of [`Writer::pace`] (beyond it the window's hard limit takes over).
 const MAX_PAUSE: Duration = Duration::from_millis(20);
 
@@ -122,6 +126,9 @@ pub struct Stats {
     /// How many times a write found the writer over its window and waited for the flusher
     /// (always 0 in kernel mode, where the kernel throttles).
     pub writeback_waits: u64,
+    /// How many times pacing slept before a write returned, slowing a writer that outran
+    /// writeback before its window filled (always 0 in kernel mode).
+    pub pauses: u64,
 }
 
 /// True for the answers that mean "this kernel or file does not do `RWF_DONTCACHE`".
@@ -755,6 +762,7 @@ pub struct Writer {
     waits: u64,
     /// Pause owed by [`Writer::pace`] and not yet slept, in nanoseconds.
     pace_debt_ns: u64,
+    pauses: u64,
     /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
     next_sample: u64,
     registered: bool,
@@ -806,6 +814,7 @@ impl Writer {
             peak_dirty: 0,
             waits: 0,
             pace_debt_ns: 0,
+            pauses: 0,
             next_sample: 0,
             registered: false,
             finished: false,
@@ -847,6 +856,7 @@ impl Writer {
             mode: self.mode,
             peak_dirty_bytes: self.peak_dirty,
             writeback_waits: self.waits,
+            pauses: self.pauses,
         }
     }
 
@@ -965,26 +975,36 @@ impl Writer {
     /// before its window fills, so that it waits a little on every write rather than for a whole
     /// piece's writeback now and then (the tail latency of a full window), as the kernel's
     /// `balance_dirty_pages` pauses writers in proportion to their dirtying rate. Below half its
-    /// window a writer runs free; above, each write of `n` bytes owes `n / share` seconds
-    /// (`share` = bandwidth over the writers with data in flight) times
-    /// `(dirty - window/2) / (window/4)` (capped at 4): at three quarters of the window it writes
-    /// exactly as fast as writeback drains it. Pauses shorter than [`MIN_PAUSE`] accumulate.
+    /// window a writer runs free; above, each write of `n` bytes owes `n / (share * room)`
+    /// seconds, where `share` is the measured bandwidth (or [`INITIAL_BANDWIDTH`] before the
+    /// first measurement) over the writers with data in flight and `room` is
+    /// `(window - dirty) / (window/4)`: at three quarters of the window it writes exactly as fast
+    /// as writeback drains it, and the pause grows without bound (up to [`MAX_PAUSE`]) as the
+    /// window fills. Pauses shorter than [`MIN_PAUSE`] accumulate.
     fn pace(&mut self, n: u64, dirty: u64) {
         // Relaxed: tuning values and statistics; stale reads only shift a pause.
-        let bandwidth = FLUSHER.bandwidth.load(Ordering::Relaxed);
+        let measured = FLUSHER.bandwidth.load(Ordering::Relaxed);
+        let bandwidth = if measured == 0 {
+            INITIAL_BANDWIDTH
+        } else {
+            measured
+        };
         let active = FLUSHER.active.load(Ordering::Relaxed).max(1);
         let window = self.shared.window.load(Ordering::Relaxed);
-        if bandwidth == 0 || dirty <= window / 2 {
+        if dirty <= window / 2 {
             self.pace_debt_ns = 0;
             return;
         }
-        let ramp = ((dirty - window / 2) as f64 / (window / 4) as f64).min(4.0);
+        // The rate allowed, as a fraction of the share: 2 at half the window, 1 at three
+        // quarters, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
+        let room = window.saturating_sub(dirty) as f64 / (window / 4) as f64;
         let share = (bandwidth / active).max(1) as f64;
-        let pause = (n as f64 / share * ramp * 1e9) as u64;
+        let pause = (n as f64 / (share * room) * 1e9).min(MAX_PAUSE.as_nanos() as f64) as u64;
         self.pace_debt_ns = (self.pace_debt_ns + pause).min(MAX_PAUSE.as_nanos() as u64);
         if self.pace_debt_ns >= MIN_PAUSE.as_nanos() as u64 {
             std::thread::sleep(Duration::from_nanos(self.pace_debt_ns));
             self.pace_debt_ns = 0;
+            self.pauses += 1;
         }
     }
 
