@@ -81,6 +81,11 @@ const FLUSHER_POLL: Duration = Duration::from_millis(1);
 /// that new data is started between them even where the flusher has to block (no `cachestat`).
 const MAX_PASSES: usize = 16;
 
+/// What all fallback writers of the process together may hold in flight before [`Writer::pace`]
+/// slows those holding more than half their fair share of it (a soft bound: the largest window,
+/// if larger, counts instead; only each writer's own window is a hard bound).
+pub const SHARED_WINDOW: usize = 4 * DEFAULT_WINDOW;
+
 /// Pauses of [`Writer::pace`] shorter than this accumulate until they reach it.
 const MIN_PAUSE: Duration = Duration::from_micros(50);
 
@@ -493,7 +498,7 @@ impl Shared {
             // Relaxed: a heuristic count (see Writer::pace); paired with the increment in record.
             FLUSHER.active.fetch_sub(1, Ordering::Relaxed);
         }
-        // Relaxed: a heuristic (Bandwidth::saturated).
+        // Relaxed: heuristics (Writer::pace, Bandwidth::saturated).
         FLUSHER.total_dirty.fetch_sub(r.charged, Ordering::Relaxed);
         // Relaxed: a statistic (see Bandwidth).
         FLUSHER.dropped.fetch_add(r.len(), Ordering::Relaxed);
@@ -528,6 +533,12 @@ impl Shared {
     }
 }
 
+/// The room left under a bound, in quarters of the bound: 2 at half of it, 1 at three
+/// quarters, 0 at (or past) the bound.
+fn room(used: u64, bound: u64) -> f64 {
+    bound.saturating_sub(used) as f64 / (bound / 4).max(1) as f64
+}
+
 /// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
 /// to a power of two, at least 64 KiB, at most 2 MiB.
 fn kick_batch(window: u64) -> u64 {
@@ -551,8 +562,8 @@ struct Flusher {
     progress: AtomicU32,
     /// How many writers are (about to be) asleep on `progress`.
     waiters: AtomicU32,
-    /// The sum of every fallback writer's `Shared::dirty` (tells [`Bandwidth`] whether writeback
-    /// was kept busy).
+    /// The sum of every fallback writer's `Shared::dirty` (paced against [`SHARED_WINDOW`]; tells
+    /// [`Bandwidth`] whether writeback was kept busy).
     total_dirty: AtomicU64,
     /// How many fallback writers have a non-zero `Shared::dirty`: the writers that share the
     /// measured bandwidth (see `Writer::pace`).
@@ -980,7 +991,10 @@ impl Writer {
     /// first measurement) over the writers with data in flight and `room` is
     /// `(window - dirty) / (window/4)`: at three quarters of the window it writes exactly as fast
     /// as writeback drains it, and the pause grows without bound (up to [`MAX_PAUSE`]) as the
-    /// window fills. Pauses shorter than [`MIN_PAUSE`] accumulate.
+    /// window fills. The same rule applies to all fallback writers' data against
+    /// [`SHARED_WINDOW`] for a writer holding more than half its fair share of it (the smaller
+    /// room wins), so that many writers cannot pile up a window each. Pauses shorter than
+    /// [`MIN_PAUSE`] accumulate.
     fn pace(&mut self, n: u64, dirty: u64) {
         // Relaxed: tuning values and statistics; stale reads only shift a pause.
         let measured = FLUSHER.bandwidth.load(Ordering::Relaxed);
@@ -991,13 +1005,18 @@ impl Writer {
         };
         let active = FLUSHER.active.load(Ordering::Relaxed).max(1);
         let window = self.shared.window.load(Ordering::Relaxed);
-        if dirty <= window / 2 {
-            self.pace_debt_ns = 0;
-            return;
-        }
+        let shared = (SHARED_WINDOW as u64).max(window);
+        let total = FLUSHER.total_dirty.load(Ordering::Relaxed);
         // The rate allowed, as a fraction of the share: 2 at half the window, 1 at three
         // quarters, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
-        let room = window.saturating_sub(dirty) as f64 / (window / 4) as f64;
+        let own = (dirty > window / 2).then(|| room(dirty, window));
+        // The same against all writers' data and SHARED_WINDOW, for a writer holding more
+        // than half its fair share of it (a writer with little in flight runs free).
+        let all = (total > shared / 2 && dirty > shared / active / 2).then(|| room(total, shared));
+        let Some(room) = own.into_iter().chain(all).reduce(f64::min) else {
+            self.pace_debt_ns = 0;
+            return;
+        };
         let share = (bandwidth / active).max(1) as f64;
         let pause = (n as f64 / (share * room) * 1e9).min(MAX_PAUSE.as_nanos() as f64) as u64;
         self.pace_debt_ns = (self.pace_debt_ns + pause).min(MAX_PAUSE.as_nanos() as u64);
