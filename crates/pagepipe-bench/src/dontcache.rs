@@ -444,6 +444,15 @@ fn run_once(
         let max = thread_mbps.iter().copied().fold(0.0, f64::max);
         let min = thread_mbps.iter().copied().fold(f64::INFINITY, f64::min);
         rec.metric("fairness", if max > 0.0 { min / max } else { 0.0 });
+        // Jain's index (sum x)^2 / (n * sum x^2): 1 when all writers get the same MB/s, 1/n when
+        // one gets everything.
+        let sum: f64 = thread_mbps.iter().sum();
+        let sq: f64 = thread_mbps.iter().map(|x| x * x).sum();
+        let n = thread_mbps.len() as f64;
+        rec.metric(
+            "fairness_jain",
+            if sq > 0.0 { sum * sum / (n * sq) } else { 0.0 },
+        );
     }
     rec.metric("writes", hist.count() as f64);
     hist.put_metrics(&mut rec);
@@ -548,12 +557,14 @@ fn bench_dir(arg: Option<&Path>) -> io::Result<BenchDir> {
 }
 
 /// The table rows of a dontcache case.
-const COLUMNS: [Column; 6] = [
+const COLUMNS: [Column; 8] = [
     Column::new("mbps", "MB/s incl fsync", 1.0, 0),
     Column::new("lat_p99_ns", "write p99 µs", 1e3, 0),
     Column::new("lat_p999_ns", "write p99.9 µs", 1e3, 0),
     Column::new("peak_dirty_kib", "peak dirty MiB", 1024.0, 0),
     Column::new("cache_left_pct", "cache left %", 1.0, 1),
+    Column::new("fairness", "fairness min/max", 1.0, 2),
+    Column::new("fairness_jain", "Jain", 1.0, 2),
     Column::new("competitor_mbps", "competitor MB/s", 1.0, 0),
 ];
 

@@ -9,13 +9,18 @@
 //!
 //! - writes stay buffered (`pwrite(2)`), and each writer records the byte ranges it dirtied;
 //! - one process-wide flusher thread, shared by every writer as the kernel's per-device flusher
-//!   is, is kicked through a coalescing flag (many writes, one wake-up), starts writeback of the
-//!   recorded ranges with `sync_file_range(SYNC_FILE_RANGE_WRITE)`, later waits for the older
-//!   ranges' writeback to complete and drops exactly those ranges with
-//!   `posix_fadvise(POSIX_FADV_DONTNEED)`;
+//!   is, is kicked through a coalescing flag (many writes, one wake-up) and starts writeback of
+//!   the recorded ranges with `sync_file_range(SYNC_FILE_RANGE_WRITE)`;
+//! - it never waits for a writeback still running: it asks `cachestat(2)` whether a writer's
+//!   oldest range is written back, and only then reaps its error (`sync_file_range` wait) and
+//!   drops exactly that range with `posix_fadvise(POSIX_FADV_DONTNEED)`, round robin over the
+//!   writers, one range each per pass, so one writer's slow range holds up nobody else;
 //! - a per-writer dirty counter bounds the data in flight to a window ([`DEFAULT_WINDOW`], see
-//!   [`Writer::with_window`]); a writer over its window waits for the flusher and never flushes
-//!   inline (the inline flush is what made the first `RWF_DONTCACHE` slow).
+//!   [`Writer::with_window`]). Past half its window a writer is paced to its share of the
+//!   measured writeback bandwidth (short sleeps on every write, as the kernel's
+//!   `balance_dirty_pages` does), so it rarely hits the window; a writer over its window waits
+//!   for the flusher and never flushes inline (the inline flush is what made the first
+//!   `RWF_DONTCACHE` slow).
 //!
 //! ```
 //! use std::io::Write;
@@ -69,6 +74,28 @@ const MAX_FOLIO: u64 = 2 << 20;
 /// announced (a writer's tail below the kick batch).
 const FLUSHER_TICK: Duration = Duration::from_millis(50);
 
+/// How often a flusher with writeback in flight looks for completed ranges.
+const FLUSHER_POLL: Duration = Duration::from_millis(1);
+
+/// Passes of completions per flusher round (each pass drops at most one range per writer), so
+/// that new data is started between them even where the flusher has to block (no `cachestat`).
+const MAX_PASSES: usize = 16;
+
+/// What all fallback writers of the process together may hold in flight before [`Writer::pace`]
+/// slows those holding more than half their fair share of it (a soft bound: the largest window,
+/// if larger, counts instead; only each writer's own window is a hard bound).
+pub const SHARED_WINDOW: usize = 4 * DEFAULT_WINDOW;
+
+/// Pauses of [`Writer::pace`] shorter than this accumulate until they reach it.
+const MIN_PAUSE: Duration = Duration::from_micros(50);
+
+/// The bandwidth [`Writer::pace`] assumes until the flusher has measured one (bytes per second):
+/// a first writer fills half its window in milliseconds, before the first sample.
+const INITIAL_BANDWIDTH: u64 = 256 << 20;
+
+/// The longest single pause of [`Writer::pace`] (beyond it the window's hard limit takes over).
+const MAX_PAUSE: Duration = Duration::from_millis(20);
+
 /// How long a writer over its window sleeps before rechecking (a safety net; the flusher wakes it).
 const WINDOW_RECHECK: Duration = Duration::from_millis(100);
 
@@ -104,6 +131,9 @@ pub struct Stats {
     /// How many times a write found the writer over its window and waited for the flusher
     /// (always 0 in kernel mode, where the kernel throttles).
     pub writeback_waits: u64,
+    /// How many times pacing slept before a write returned, slowing a writer that outran
+    /// writeback before its window filled (always 0 in kernel mode).
+    pub pauses: u64,
 }
 
 /// True for the answers that mean "this kernel or file does not do `RWF_DONTCACHE`".
@@ -233,11 +263,10 @@ struct Pending {
     unkicked: u64,
 }
 
-/// Ranges whose writeback the flusher started, oldest first, and their total length.
+/// Ranges whose writeback the flusher started, oldest first.
 #[derive(Default)]
 struct Inflight {
     ranges: VecDeque<Range>,
-    bytes: u64,
     /// Set (under this lock) by the writer before it closes its file: from then on `Shared::fd`
     /// must not be used.
     closed: bool,
@@ -274,16 +303,23 @@ struct Shared {
     /// Held by the flusher while it works on this writer, and by sync and drop.
     inflight: Mutex<Inflight>,
     /// Bytes written and not yet dropped from the cache (sum of `charged` of every range in
-    /// `pending` and `inflight`, plus a write being recorded).
+    /// `pending` and `inflight`, plus a write being recorded). Every change is mirrored in
+    /// [`Flusher::total_dirty`].
     dirty: AtomicU64,
-    /// Futex word: bumped each time the flusher drops a range. A writer over its window sleeps
-    /// on it.
-    progress: AtomicU32,
-    /// True while the writer is (about to be) asleep on `progress`.
-    waiting: AtomicBool,
     /// Fast check for `error`.
     failed: AtomicBool,
     error: Mutex<Option<StoredError>>,
+}
+
+/// What the flusher found when it looked at a writer's oldest range in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Completion {
+    /// The range was written back and dropped.
+    Dropped,
+    /// Its writeback is still running (or the writer is busy draining itself).
+    Busy,
+    /// Nothing in flight.
+    Idle,
 }
 
 impl Shared {
@@ -294,8 +330,6 @@ impl Shared {
             pending: Mutex::new(Pending::default()),
             inflight: Mutex::new(Inflight::default()),
             dirty: AtomicU64::new(0),
-            progress: AtomicU32::new(0),
-            waiting: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
         }
@@ -337,8 +371,15 @@ impl Shared {
     fn record(&self, offset: u64, len: u64) -> (u64, bool) {
         let range = Range::of_write(offset, len);
         let batch = kick_batch(self.window.load(Ordering::Relaxed));
-        // Relaxed: a counter; the window wait (wait_for_window) orders its own loads.
-        let dirty = self.dirty.fetch_add(len, Ordering::Relaxed) + len;
+        // Relaxed: counters; the wait for room (Writer::wait_for_room) orders its own loads, and
+        // an increase never lets a waiter go.
+        let old = self.dirty.fetch_add(len, Ordering::Relaxed);
+        if old == 0 {
+            // This writer's range is recorded below, after this increment, so the flusher's
+            // matching decrement (in drop_range, when the count returns to 0) comes after it.
+            FLUSHER.active.fetch_add(1, Ordering::Relaxed);
+        }
+        FLUSHER.total_dirty.fetch_add(len, Ordering::Relaxed);
         let mut p = lock(&self.pending);
         if !p
             .ranges
@@ -352,11 +393,17 @@ impl Shared {
         if kick {
             p.unkicked = 0;
         }
-        (dirty, kick)
+        (old + len, kick)
+    }
+
+    /// Whether this writer must wait before writing more: over its window.
+    fn over_limit(&self) -> bool {
+        // SeqCst: the load half of the handshake with drop_range (see there).
+        self.dirty.load(Ordering::SeqCst) > self.window.load(Ordering::Relaxed)
     }
 
     /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
-    /// started, waited for and dropped a piece at a time, so a waiting writer resumes after one
+    /// started, completed and dropped a piece at a time, so a waiting writer resumes after one
     /// piece rather than after everything it wrote since the flusher last looked.
     fn take_pending(&self) -> Vec<Range> {
         let mut p = lock(&self.pending);
@@ -369,78 +416,98 @@ impl Shared {
             .collect()
     }
 
-    /// Starts writeback of `r` and queues it.
-    fn submit(&self, fd: LiveFd, inflight: &mut Inflight, r: Range) {
+    /// The `inflight` guard if the flusher may work on this writer now: `None` while sync or drop
+    /// drains it on the writer's thread, or once the writer has closed its file.
+    fn try_inflight(&self) -> Option<(MutexGuard<'_, Inflight>, LiveFd)> {
+        let guard = match self.inflight.try_lock() {
+            Ok(guard) => guard,
+            // Taken over like every lock here (see `lock`): a panic elsewhere must not stall
+            // a writer waiting for room.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let fd = self.live_fd(&guard)?;
+        Some((guard, fd))
+    }
+
+    /// Starts writeback (`SYNC_FILE_RANGE_WRITE`) of everything this writer recorded since the
+    /// flusher last looked; returns whether there was anything.
+    fn start_pending(&self) -> bool {
+        let Some((mut inflight, fd)) = self.try_inflight() else {
+            return false;
+        };
+        let fresh = self.take_pending();
+        for &r in &fresh {
+            self.start(fd, r);
+            inflight.ranges.push_back(r);
+        }
+        !fresh.is_empty()
+    }
+
+    fn start(&self, fd: LiveFd, r: Range) {
         if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
             self.set_error(
                 &e,
                 format!("starting writeback of bytes {}..{}", r.start, r.end),
             );
         }
-        inflight.bytes += r.len();
-        inflight.ranges.push_back(r);
     }
 
-    /// Waits for the writeback of the oldest queued range, drops it from the cache, and tells a
-    /// waiting writer.
-    fn complete_oldest(&self, fd: LiveFd, inflight: &mut Inflight) -> bool {
-        let Some(r) = inflight.ranges.pop_front() else {
-            return false;
+    /// Drops the oldest range in flight if its writeback has completed. Never waits for a
+    /// writeback still running (where `cachestat(2)` can tell): one writer's slow range must
+    /// not hold up the others' completions, and the writer may still be dirtying its pages.
+    /// A range found dirty and not under writeback (rewritten after its writeback started) has
+    /// its writeback started again.
+    fn complete_one(&self) -> Completion {
+        let Some((mut inflight, fd)) = self.try_inflight() else {
+            return Completion::Busy;
         };
-        inflight.bytes -= r.len();
+        let Some(&r) = inflight.ranges.front() else {
+            return Completion::Idle;
+        };
+        match sys::cachestat(&fd, r.start, r.len()) {
+            Ok(cs) if cs.nr_writeback > 0 => return Completion::Busy,
+            Ok(cs) if cs.nr_dirty > 0 => {
+                self.start(fd, r);
+                return Completion::Busy;
+            }
+            // Written back, or no cachestat (Linux < 6.5): the wait below blocks until it is.
+            _ => {}
+        }
+        inflight.ranges.pop_front();
+        // Written back already, this returns at once, with the writeback's error if it failed.
         if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
             self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
         }
         self.drop_range(fd, r);
-        true
+        Completion::Dropped
     }
 
-    /// Drops a written-back range from the cache and from the dirty count; wakes the writer if it
-    /// waits for room in its window.
+    /// Drops a written-back range from the cache and from the dirty counts; wakes the writers
+    /// that wait for room.
     fn drop_range(&self, fd: LiveFd, r: Range) {
         // Fails only for a bad fd or a non-regular file, both excluded when the writer was made;
         // a failure would leave pages cached, never lose data.
         let _ = sys::fadvise_dontneed(&fd, r.start, r.len());
-        // SeqCst: with the SeqCst store of `waiting` and load of `dirty` in wait_for_window, and
-        // the SeqCst load of `waiting` below, this is a store-load (Dekker) handshake: either the
-        // writer sees the new count or we see it waiting.
-        self.dirty.fetch_sub(r.charged, Ordering::SeqCst);
-        // Release: pairs with the Acquire load of `progress` in wait_for_window (and the futex).
-        self.progress.fetch_add(1, Ordering::Release);
+        // SeqCst: with the SeqCst increment of `waiters` in Writer::wait_for_room and the SeqCst
+        // load of `dirty` in over_limit, and the SeqCst load of `waiters` below, this is a
+        // store-load (Dekker) handshake: either the writer sees the new count or we see it
+        // waiting.
+        let old = self.dirty.fetch_sub(r.charged, Ordering::SeqCst);
+        if old == r.charged {
+            // Relaxed: a heuristic count (see Writer::pace); paired with the increment in record.
+            FLUSHER.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Relaxed: heuristics (Writer::pace, Bandwidth::saturated).
+        FLUSHER.total_dirty.fetch_sub(r.charged, Ordering::Relaxed);
+        // Relaxed: a statistic (see Bandwidth).
+        FLUSHER.dropped.fetch_add(r.len(), Ordering::Relaxed);
+        // Release: pairs with the Acquire load of `progress` in wait_for_room (and the futex).
+        FLUSHER.progress.fetch_add(1, Ordering::Release);
         // SeqCst: the other half of the handshake described above.
-        if self.waiting.load(Ordering::SeqCst) {
-            sys::futex_wake_all(&self.progress);
+        if FLUSHER.waiters.load(Ordering::SeqCst) > 0 {
+            sys::futex_wake_all(&FLUSHER.progress);
         }
-    }
-
-    /// One round of the flusher for this writer: start writeback of everything pending, then
-    /// complete the oldest ranges down to half a window (or all of them when the writer has paused),
-    /// at most half a window per round so that other writers get their turn. Returns whether it
-    /// did anything.
-    fn service(&self) -> bool {
-        let mut inflight = match self.inflight.try_lock() {
-            Ok(guard) => guard,
-            // Taken over like every lock here (see `lock`): a panic elsewhere must not stall
-            // a writer waiting for its window.
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return false, // sync or drop is draining it itself
-        };
-        let Some(fd) = self.live_fd(&inflight) else {
-            return false; // the writer is gone
-        };
-        let fresh = self.take_pending();
-        let got_fresh = !fresh.is_empty();
-        for r in fresh {
-            self.submit(fd, &mut inflight, r);
-        }
-        let half = self.window.load(Ordering::Relaxed) / 2;
-        let target = if got_fresh { half } else { 0 };
-        let mut completed = 0;
-        while inflight.bytes > target && completed < half.max(1) {
-            completed += inflight.ranges.front().map_or(0, Range::len);
-            self.complete_oldest(fd, &mut inflight);
-        }
-        got_fresh || completed > 0
     }
 
     /// Writes out and drops everything this writer dirtied, on the caller's thread. With
@@ -448,13 +515,10 @@ impl Shared {
     fn drain(&self, file: &File, fdatasync: bool) -> io::Result<()> {
         let mut inflight = lock(&self.inflight);
         let fd = LiveFd(file.as_raw_fd());
-        for r in self.take_pending() {
-            inflight.bytes += r.len();
-            inflight.ranges.push_back(r);
-        }
+        let fresh = self.take_pending();
+        inflight.ranges.extend(fresh);
         let synced = if fdatasync { file.sync_data() } else { Ok(()) };
         while let Some(r) = inflight.ranges.pop_front() {
-            inflight.bytes -= r.len();
             if !fdatasync {
                 if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
                     self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
@@ -467,6 +531,12 @@ impl Shared {
         }
         synced
     }
+}
+
+/// The room left under a bound, in quarters of the bound: 2 at half of it, 1 at three
+/// quarters, 0 at (or past) the bound.
+fn room(used: u64, bound: u64) -> f64 {
+    bound.saturating_sub(used) as f64 / (bound / 4).max(1) as f64
 }
 
 /// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
@@ -487,12 +557,85 @@ struct Flusher {
     /// looked. Writers set it; only a 0 -> 1 transition wakes the thread.
     kick: AtomicU32,
     writers: Mutex<Vec<Weak<Shared>>>,
+    /// Futex word: bumped each time a range is dropped. Writers waiting for room in their window
+    /// sleep on it (one word for all: a wake-up may be another writer's, and is rechecked).
+    progress: AtomicU32,
+    /// How many writers are (about to be) asleep on `progress`.
+    waiters: AtomicU32,
+    /// The sum of every fallback writer's `Shared::dirty` (paced against [`SHARED_WINDOW`]; tells
+    /// [`Bandwidth`] whether writeback was kept busy).
+    total_dirty: AtomicU64,
+    /// How many fallback writers have a non-zero `Shared::dirty`: the writers that share the
+    /// measured bandwidth (see `Writer::pace`).
+    active: AtomicU64,
+    /// Bytes dropped after writeback, ever (the flusher's bandwidth is measured from it).
+    dropped: AtomicU64,
+    /// The measured writeback bandwidth in bytes per second (0 until measured; see
+    /// [`Bandwidth`]). Writers pace themselves by it (see `Writer::pace`).
+    bandwidth: AtomicU64,
 }
 
 static FLUSHER: Flusher = Flusher {
     kick: AtomicU32::new(0),
     writers: Mutex::new(Vec::new()),
+    progress: AtomicU32::new(0),
+    waiters: AtomicU32::new(0),
+    total_dirty: AtomicU64::new(0),
+    active: AtomicU64::new(0),
+    dropped: AtomicU64::new(0),
+    bandwidth: AtomicU64::new(0),
 };
+
+/// Measures the flusher's writeback bandwidth: bytes dropped per second over intervals of at
+/// least [`BANDWIDTH_INTERVAL`] during which the writers kept data in flight (an idle interval
+/// measures the writers, not the disk), smoothed (a quarter of each new sample), published in
+/// [`Flusher::bandwidth`].
+struct Bandwidth {
+    since: std::time::Instant,
+    dropped: u64,
+    /// Whether writeback was in flight at the start of the interval.
+    busy: bool,
+}
+
+/// The shortest interval over which [`Bandwidth`] takes a sample.
+const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(10);
+
+impl Bandwidth {
+    fn new() -> Bandwidth {
+        Bandwidth {
+            since: std::time::Instant::now(),
+            dropped: 0,
+            busy: false,
+        }
+    }
+
+    /// Whether the writers keep the flusher busy: at least two pieces in flight.
+    fn saturated() -> bool {
+        // Relaxed: a heuristic.
+        FLUSHER.total_dirty.load(Ordering::Relaxed) >= 2 * MAX_FOLIO
+    }
+
+    fn sample(&mut self) {
+        let elapsed = self.since.elapsed();
+        if elapsed < BANDWIDTH_INTERVAL {
+            return;
+        }
+        // Relaxed: statistics.
+        let dropped = FLUSHER.dropped.load(Ordering::Relaxed);
+        let busy = Bandwidth::saturated();
+        if self.busy && busy {
+            let rate = ((dropped - self.dropped) as f64 / elapsed.as_secs_f64()) as u64;
+            let old = FLUSHER.bandwidth.load(Ordering::Relaxed);
+            let new = if old == 0 { rate } else { (3 * old + rate) / 4 };
+            FLUSHER.bandwidth.store(new.max(1), Ordering::Relaxed);
+        }
+        *self = Bandwidth {
+            since: std::time::Instant::now(),
+            dropped,
+            busy,
+        };
+    }
+}
 
 /// Starts the flusher thread once per process. A forked child has no flusher thread (fork copies
 /// only the calling thread), so the pid it was started in is remembered and a child starts its
@@ -541,20 +684,52 @@ impl Flusher {
         writers.iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// The flusher's loop. Each round it starts writeback of every writer's new ranges, then
+    /// drops completed ranges round robin, one per writer per pass (so a writer's share of the
+    /// flusher does not depend on how often it kicks), starting each round with the next
+    /// writer. It never blocks on a writeback still running where `cachestat(2)` can tell:
+    /// while ranges are in flight it looks again every [`FLUSHER_POLL`], or at once when kicked.
     fn run(&self) -> ! {
+        let mut turn = 0usize;
+        let mut bandwidth = Bandwidth::new();
         loop {
             // Acquire: pairs with the Release swap in `kick`.
             let kicked = self.kick.swap(0, Ordering::Acquire) == 1;
             let writers = self.snapshot();
+            let n = writers.len().max(1);
+            let order = || (0..writers.len()).map(|i| &writers[(i + turn) % n]);
             let mut busy = false;
-            for w in &writers {
-                busy |= w.service();
+            for w in order() {
+                busy |= w.start_pending();
             }
+            let mut in_flight = false;
+            for _ in 0..MAX_PASSES {
+                let mut dropped = false;
+                for w in order() {
+                    match w.complete_one() {
+                        Completion::Dropped => dropped = true,
+                        Completion::Busy => in_flight = true,
+                        Completion::Idle => {}
+                    }
+                }
+                if !dropped {
+                    break;
+                }
+                busy = true;
+            }
+            turn = turn.wrapping_add(1);
+            bandwidth.sample();
             let idle = writers.is_empty();
             drop(writers);
             if !busy && !kicked {
                 // A kick between the swap above and this wait changed the word: no sleep.
-                let timeout = if idle { None } else { Some(FLUSHER_TICK) };
+                let timeout = if in_flight {
+                    Some(FLUSHER_POLL)
+                } else if idle {
+                    None
+                } else {
+                    Some(FLUSHER_TICK)
+                };
                 sys::futex_wait(&self.kick, 0, timeout);
             }
         }
@@ -596,6 +771,9 @@ pub struct Writer {
     bytes_written: u64,
     peak_dirty: u64,
     waits: u64,
+    /// Pause owed by [`Writer::pace`] and not yet slept, in nanoseconds.
+    pace_debt_ns: u64,
+    pauses: u64,
     /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
     next_sample: u64,
     registered: bool,
@@ -646,6 +824,8 @@ impl Writer {
             bytes_written: 0,
             peak_dirty: 0,
             waits: 0,
+            pace_debt_ns: 0,
+            pauses: 0,
             next_sample: 0,
             registered: false,
             finished: false,
@@ -687,6 +867,7 @@ impl Writer {
             mode: self.mode,
             peak_dirty_bytes: self.peak_dirty,
             writeback_waits: self.waits,
+            pauses: self.pauses,
         }
     }
 
@@ -793,32 +974,82 @@ impl Writer {
         if kick {
             FLUSHER.kick();
         }
-        if dirty > self.shared.window.load(Ordering::Relaxed) {
-            self.wait_for_window();
+        if self.shared.over_limit() {
+            self.wait_for_room();
+        } else {
+            self.pace(n as u64, dirty);
         }
         Ok(n)
     }
 
-    /// Sleeps until the flusher has brought the dirty data in flight back within the window (or
-    /// failed). Never writes anything back itself.
-    fn wait_for_window(&mut self) {
+    /// Slows a writer that outruns writeback down to its share of the measured bandwidth
+    /// before its window fills, so that it waits a little on every write rather than for a whole
+    /// piece's writeback now and then (the tail latency of a full window), as the kernel's
+    /// `balance_dirty_pages` pauses writers in proportion to their dirtying rate. Below half its
+    /// window a writer runs free; above, each write of `n` bytes owes `n / (share * room)`
+    /// seconds, where `share` is the measured bandwidth (or [`INITIAL_BANDWIDTH`] before the
+    /// first measurement) over the writers with data in flight and `room` is
+    /// `(window - dirty) / (window/4)`: at three quarters of the window it writes exactly as fast
+    /// as writeback drains it, and the pause grows without bound (up to [`MAX_PAUSE`]) as the
+    /// window fills. The same rule applies to all fallback writers' data against
+    /// [`SHARED_WINDOW`] for a writer holding more than half its fair share of it (the smaller
+    /// room wins), so that many writers cannot pile up a window each. Pauses shorter than
+    /// [`MIN_PAUSE`] accumulate.
+    fn pace(&mut self, n: u64, dirty: u64) {
+        // Relaxed: tuning values and statistics; stale reads only shift a pause.
+        let measured = FLUSHER.bandwidth.load(Ordering::Relaxed);
+        let bandwidth = if measured == 0 {
+            INITIAL_BANDWIDTH
+        } else {
+            measured
+        };
+        let active = FLUSHER.active.load(Ordering::Relaxed).max(1);
+        let window = self.shared.window.load(Ordering::Relaxed);
+        let shared = (SHARED_WINDOW as u64).max(window);
+        let total = FLUSHER.total_dirty.load(Ordering::Relaxed);
+        // The rate allowed, as a fraction of the share: 2 at half the window, 1 at three
+        // quarters, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
+        let own = (dirty > window / 2).then(|| room(dirty, window));
+        // The same against all writers' data and SHARED_WINDOW, for a writer holding more
+        // than half its fair share of it (a writer with little in flight runs free).
+        let all = (total > shared / 2 && dirty > shared / active / 2).then(|| room(total, shared));
+        let Some(room) = own.into_iter().chain(all).reduce(f64::min) else {
+            self.pace_debt_ns = 0;
+            return;
+        };
+        let share = (bandwidth / active).max(1) as f64;
+        let pause = (n as f64 / (share * room) * 1e9).min(MAX_PAUSE.as_nanos() as f64) as u64;
+        self.pace_debt_ns = (self.pace_debt_ns + pause).min(MAX_PAUSE.as_nanos() as u64);
+        if self.pace_debt_ns >= MIN_PAUSE.as_nanos() as u64 {
+            std::thread::sleep(Duration::from_nanos(self.pace_debt_ns));
+            self.pace_debt_ns = 0;
+            self.pauses += 1;
+        }
+    }
+
+    /// Sleeps until the flusher has brought this writer's dirty data back within its window, or
+    /// failed. Never writes anything back itself.
+    fn wait_for_room(&mut self) {
         self.waits += 1;
         FLUSHER.kick();
         let s = &*self.shared;
         loop {
             // Acquire: pairs with the Release increment in Shared::drop_range.
-            let seen = s.progress.load(Ordering::Acquire);
-            // SeqCst: store-load handshake with Shared::drop_range (see there).
-            s.waiting.store(true, Ordering::SeqCst);
-            // SeqCst: as above.
-            let dirty = s.dirty.load(Ordering::SeqCst);
+            let seen = FLUSHER.progress.load(Ordering::Acquire);
+            // SeqCst: store-load handshake with Shared::drop_range (see there); the load of the
+            // count in over_limit is the other half.
+            FLUSHER.waiters.fetch_add(1, Ordering::SeqCst);
             // Acquire: pairs with the Release store in Shared::set_error.
-            if dirty <= s.window.load(Ordering::Relaxed) || s.failed.load(Ordering::Acquire) {
+            let done = !s.over_limit() || s.failed.load(Ordering::Acquire);
+            if !done {
+                sys::futex_wait(&FLUSHER.progress, seen, Some(WINDOW_RECHECK));
+            }
+            // Relaxed: only the increment above takes part in the handshake.
+            FLUSHER.waiters.fetch_sub(1, Ordering::Relaxed);
+            if done {
                 break;
             }
-            sys::futex_wait(&s.progress, seen, Some(WINDOW_RECHECK));
         }
-        s.waiting.store(false, Ordering::Relaxed);
     }
 
     /// Makes everything written so far durable (`fdatasync(2)`) and, in fallback mode, drops it

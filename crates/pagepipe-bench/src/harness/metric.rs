@@ -12,11 +12,12 @@ pub enum Better {
 /// Metrics where more is better; every other metric (latencies `lat_*_ns`, `ns_per_frag`,
 /// `cpu_s`, `cpu_pct`, `minor_faults`, `peak_dirty_kib`, `cache_left_pct`, `writeback_waits`,
 /// ...) is a cost, where less is better.
-const HIGHER_IS_BETTER: [&str; 9] = [
+const HIGHER_IS_BETTER: [&str; 10] = [
     "mbps",
     "writes_per_s",
     "round_trips",
     "fairness",
+    "fairness_jain",
     "competitor_mbps",
     "ops_per_s",
     "msgs_per_s",

@@ -1,0 +1,192 @@
+//! The temporary destination file, and its removal on error, on drop and on SIGINT/SIGTERM/SIGHUP.
+//!
+//! A copy is written to a temporary name beside its destination and renamed over it only when it
+//! is complete, durable and (on request) verified, so a destination name never holds a partial
+//! copy. [`Temp`] removes its file when dropped uncommitted (every error path), and a signal
+//! handler removes the one temporary being written if the user interrupts the copy. SIGKILL
+//! cannot be caught: it leaves the temporary (a dot-file named `.NAME.pagepipe-cp-PID-N`), never
+//! a complete-looking destination.
+
+use std::ffi::{CString, OsString};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// The path of the temporary being written (a `CString` leaked with `into_raw`), or null. Whoever
+/// swaps a non-null pointer out owns it: the signal handler (which unlinks the file and never
+/// frees) or [`Temp`] (which frees it). So the handler never reads freed memory.
+static CURRENT: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Installs the handler that removes the current temporary on SIGINT, SIGTERM and SIGHUP, then
+/// dies of the same signal (so the exit status says "interrupted", as cp's does).
+///
+/// # Errors
+/// The OS's error from `sigaction(2)`.
+pub fn install_signal_handlers() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is a valid value to fill in (plain C struct).
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: `sa.sa_mask` is a valid sigset_t owned by us (sigemptyset(3)).
+        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+        // SAFETY: `sa` is initialised; the handler only calls async-signal-safe functions
+        // (unlink, signal, raise) and an atomic swap (sigaction(2)).
+        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // AcqRel: the Acquire half pairs with the Release swap in `Temp::register`, so the path's
+    // bytes are visible here; taking the pointer makes the handler its owner (see CURRENT).
+    let path = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !path.is_null() {
+        // SAFETY: a NUL-terminated string leaked by `Temp::register` and owned by us now
+        // (nobody frees it after this swap); unlink(2) is async-signal-safe.
+        unsafe { libc::unlink(path) };
+    }
+    // SAFETY: signal(2) and raise(3) are async-signal-safe; restoring the default action and
+    // re-raising ends the process with this signal's status.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// A temporary file beside a destination: created exclusively, removed on drop unless
+/// [`Temp::commit`] renamed it to the destination.
+#[derive(Debug)]
+pub struct Temp {
+    path: PathBuf,
+    /// The pointer this temp stored in CURRENT, to take back (and free) on commit or drop.
+    registered: *mut libc::c_char,
+    committed: bool,
+}
+
+impl Temp {
+    /// Creates a fresh temporary file (mode `mode`, less the umask) in the directory of `dst`,
+    /// named `.NAME.pagepipe-cp-PID-N`, and makes it the one the signal handler removes.
+    ///
+    /// # Errors
+    /// The OS's error from `open(2)`, with the temporary's path in the message.
+    pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = match dst.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = dst.file_name().unwrap_or(dst.as_os_str());
+        loop {
+            // Relaxed: a counter for unique names; create_new below is what guarantees them.
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let mut tmp_name = OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(".pagepipe-cp-{}-{n}", std::process::id()));
+            let path = dir.join(tmp_name);
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .open(&path)
+            {
+                Ok(file) => {
+                    let mut temp = Temp {
+                        path,
+                        registered: std::ptr::null_mut(),
+                        committed: false,
+                    };
+                    temp.register();
+                    return Ok((temp, file));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot create '{}': {e}", path.display()),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The temporary's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn register(&mut self) {
+        // A path with an interior NUL cannot be opened, so `create` never gets here with one.
+        let Ok(c) = CString::new(self.path.as_os_str().as_bytes()) else {
+            return;
+        };
+        let raw = c.into_raw();
+        self.registered = raw;
+        // AcqRel: the Release half pairs with the Acquire swap in `on_signal` (the handler sees
+        // the whole string); a previous pointer left by a leaked Temp is ours to free.
+        let old = CURRENT.swap(raw, Ordering::AcqRel);
+        free_if_ours(old);
+    }
+
+    /// Takes the path back from the signal handler, if the handler has not taken it.
+    fn unregister(&mut self) {
+        if self.registered.is_null() {
+            return;
+        }
+        // AcqRel: pairs with the swaps in `on_signal` and `register`; only if the pointer is
+        // still ours do we free it (otherwise the handler owns it, or another Temp replaced it
+        // and freed it already).
+        let swapped = CURRENT.compare_exchange(
+            self.registered,
+            std::ptr::null_mut(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+        if swapped.is_ok() {
+            free_if_ours(self.registered);
+        }
+        self.registered = std::ptr::null_mut();
+    }
+
+    /// Renames the temporary to `dst` (replacing what was there atomically).
+    ///
+    /// # Errors
+    /// The OS's error from `rename(2)`, naming both paths; the temporary is then removed on drop.
+    pub fn commit(mut self, dst: &Path) -> io::Result<()> {
+        std::fs::rename(&self.path, dst).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot rename '{}' to '{}': {e}",
+                    self.path.display(),
+                    dst.display()
+                ),
+            )
+        })?;
+        self.committed = true;
+        self.unregister();
+        Ok(())
+    }
+}
+
+/// Frees a pointer made by `CString::into_raw` in `Temp::register` (null: nothing).
+fn free_if_ours(p: *mut libc::c_char) {
+    if !p.is_null() {
+        // SAFETY: `p` came from CString::into_raw in `register` and was swapped out of CURRENT
+        // by the caller, who thereby owns it; the signal handler can no longer reach it.
+        drop(unsafe { CString::from_raw(p) });
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.unregister();
+    }
+}

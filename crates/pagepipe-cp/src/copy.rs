@@ -1,0 +1,660 @@
+//! Resolving `SRC... DST` as cp does, walking trees, and copying one file through a temporary.
+
+use crate::cleanup::Temp;
+use crate::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use pagepipe::dontcache::{self, Mode, Reader, Writer};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs::{self, File, Metadata, Permissions};
+use std::io::{self, IsTerminal, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::Xxh3;
+
+/// Bytes per read and write.
+const CHUNK: usize = 1 << 20;
+
+/// What a run copied and left behind.
+#[derive(Debug, Default)]
+pub struct Summary {
+    files: u64,
+    bytes: u64,
+    elapsed: Duration,
+    verified: u64,
+    /// Errors reported and skipped over, as cp does (a directory without -r, a special file).
+    skipped: u64,
+    /// The modes the writers and readers resolved to.
+    write_modes: BTreeSet<String>,
+    read_modes: BTreeSet<String>,
+    /// Source bytes from regular files (not stdin) and how much of them is cached after the copy.
+    src_bytes: u64,
+    src_cached: u64,
+    /// Of the source bytes, how many were cached before the copy read them (a `RWF_DONTCACHE`
+    /// read leaves pages that were cached before it where they are).
+    src_cached_before: u64,
+    dst_bytes: u64,
+    dst_cached: u64,
+    from_stdin: bool,
+}
+
+impl Summary {
+    /// Whether an error was reported along the way (the exit status must say so).
+    pub fn failed(&self) -> bool {
+        self.skipped > 0
+    }
+}
+
+/// `1536` -> `1.50 KiB`.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[unit])
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+fn join(set: &BTreeSet<String>) -> String {
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.iter().cloned().collect::<Vec<_>>().join("+")
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64();
+        writeln!(
+            f,
+            "copied {} file(s), {} in {:.2} s ({:.0} MB/s); writes: {}, reads: {}",
+            self.files,
+            human(self.bytes),
+            secs,
+            if secs > 0.0 {
+                self.bytes as f64 / 1e6 / secs
+            } else {
+                0.0
+            },
+            join(&self.write_modes),
+            join(&self.read_modes),
+        )?;
+        if self.verified > 0 {
+            writeln!(
+                f,
+                "verified {} file(s): each copy, read back, has the xxh3-128 of the data read",
+                self.verified
+            )?;
+        }
+        let src = if self.from_stdin && self.src_bytes == 0 {
+            "- (standard input)".to_string()
+        } else {
+            let before = if self.src_cached_before > 0 {
+                format!("; {} was cached before", human(self.src_cached_before))
+            } else {
+                String::new()
+            };
+            format!(
+                "{} of {} ({:.1}%{before})",
+                human(self.src_cached),
+                human(self.src_bytes),
+                pct(self.src_cached, self.src_bytes)
+            )
+        };
+        writeln!(
+            f,
+            "left in the page cache: source {src}, destination {} of {} ({:.1}%)",
+            human(self.dst_cached),
+            human(self.dst_bytes),
+            pct(self.dst_cached, self.dst_bytes)
+        )
+    }
+}
+
+/// Adds the path to an error's message, keeping its kind.
+fn ctx(what: impl fmt::Display) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+fn is_stdin(p: &Path) -> bool {
+    p.as_os_str() == "-"
+}
+
+/// The name `src` gets inside a destination directory.
+fn name_of(src: &Path) -> io::Result<PathBuf> {
+    if let Some(name) = src.file_name() {
+        return Ok(PathBuf::from(name));
+    }
+    let abs =
+        fs::canonicalize(src).map_err(ctx(format_args!("cannot stat '{}'", src.display())))?;
+    abs.file_name().map(PathBuf::from).ok_or_else(|| {
+        invalid(format!(
+            "cannot copy '{}': it has no name to give the copy",
+            src.display()
+        ))
+    })
+}
+
+/// Pairs every source with its destination path, following cp's rules.
+fn plan(srcs: &[PathBuf], dst: &Path) -> io::Result<Vec<(PathBuf, PathBuf)>> {
+    if is_stdin(dst) {
+        return Err(invalid(
+            "DST '-': writing to standard output is not supported; name a file".into(),
+        ));
+    }
+    if srcs.iter().filter(|s| is_stdin(s)).count() > 1 {
+        return Err(invalid(
+            "'-' (standard input) is given more than once".into(),
+        ));
+    }
+    let dst_is_dir = fs::metadata(dst).is_ok_and(|m| m.is_dir());
+    if srcs.len() > 1 && !dst_is_dir {
+        return Err(invalid(format!(
+            "target '{}' is not a directory (needed for {} sources)",
+            dst.display(),
+            srcs.len()
+        )));
+    }
+    srcs.iter()
+        .map(|src| {
+            if !dst_is_dir {
+                return Ok((src.clone(), dst.to_path_buf()));
+            }
+            if is_stdin(src) {
+                return Err(invalid(format!(
+                    "cannot copy standard input into directory '{}': give the file's path as DST",
+                    dst.display()
+                )));
+            }
+            Ok((src.clone(), dst.join(name_of(src)?)))
+        })
+        .collect()
+}
+
+/// Bytes of regular files under `src` (for the progress bar; errors count as 0, the copy reports
+/// them).
+fn total_size(src: &Path, recursive: bool) -> u64 {
+    let meta = if recursive {
+        fs::symlink_metadata(src)
+    } else {
+        fs::metadata(src)
+    };
+    match meta {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(m) if m.is_dir() && recursive => fs::read_dir(src)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| total_size(&e.path(), true))
+                    .sum()
+            })
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn progress_bar(total: Option<u64>) -> ProgressBar {
+    if !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match total {
+        Some(len) => {
+            let bar = ProgressBar::new(len);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} (eta {eta})",
+                )
+                .expect("a valid progress template")
+                .progress_chars("=> "),
+            );
+            bar
+        }
+        None => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg:30!} {bytes} {bytes_per_sec}")
+                    .expect("a valid progress template"),
+            );
+            bar
+        }
+    }
+}
+
+/// Copies `args.paths` (`SRC... DST`). Stops at the first I/O error (returned); a directory
+/// without `-r` or a special file is reported on stderr and skipped, as cp does, and makes
+/// [`Summary::failed`] true.
+///
+/// # Errors
+/// The first error that stops the copy, naming the path and what was being done.
+pub fn run(args: &Args) -> io::Result<Summary> {
+    let (dst, srcs) = args
+        .paths
+        .split_last()
+        .ok_or_else(|| invalid("missing SRC and DST".into()))?;
+    let jobs = plan(srcs, dst)?;
+    let total = if srcs.iter().any(|s| is_stdin(s)) {
+        None
+    } else {
+        Some(srcs.iter().map(|s| total_size(s, args.recursive)).sum())
+    };
+    let mut copier = Copier {
+        args,
+        mode: args.mode.into(),
+        bar: progress_bar(total),
+        buf: vec![0; CHUNK],
+        dirs: BTreeSet::new(),
+        summary: Summary::default(),
+    };
+    let t0 = Instant::now();
+    let result = jobs
+        .iter()
+        .try_for_each(|(src, dst)| copier.copy_top(src, dst))
+        .and_then(|()| copier.sync_dirs());
+    copier.bar.finish_and_clear();
+    result?;
+    copier.summary.elapsed = t0.elapsed();
+    Ok(copier.summary)
+}
+
+/// A copy written to its temporary and synced, not yet renamed into place.
+struct Written {
+    temp: Temp,
+    bytes: u64,
+    hash: u128,
+    mode: Mode,
+}
+
+struct Copier<'a> {
+    args: &'a Args,
+    mode: Mode,
+    bar: ProgressBar,
+    buf: Vec<u8>,
+    /// Directories that received a new entry: synced at the end so the renames are durable.
+    dirs: BTreeSet<PathBuf>,
+    summary: Summary,
+}
+
+impl Copier<'_> {
+    fn copy_top(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
+        if is_stdin(src) {
+            self.copy_stdin(dst)
+        } else {
+            self.copy_entry(src, dst)
+        }
+    }
+
+    /// Reports an error that cp reports and goes on from.
+    fn skip(&mut self, msg: String) {
+        self.bar.suspend(|| eprintln!("pagepipe-cp: {msg}"));
+        self.summary.skipped += 1;
+    }
+
+    fn copy_entry(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
+        let meta = if self.args.recursive {
+            fs::symlink_metadata(src)
+        } else {
+            fs::metadata(src)
+        }
+        .map_err(ctx(format_args!("cannot stat '{}'", src.display())))?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            if !self.args.recursive {
+                self.skip(format!(
+                    "-r not specified; omitting directory '{}'",
+                    src.display()
+                ));
+                return Ok(());
+            }
+            self.copy_dir(src, dst, &meta)
+        } else if kind.is_file() {
+            self.copy_file(src, dst, &meta)
+        } else if kind.is_symlink() {
+            self.copy_symlink(src, dst)
+        } else {
+            self.skip(format!(
+                "skipping '{}': not a regular file, directory or symlink",
+                src.display()
+            ));
+            Ok(())
+        }
+    }
+
+    fn copy_dir(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        refuse_copy_into_itself(src, dst)?;
+        match fs::symlink_metadata(dst) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(invalid(format!(
+                    "cannot overwrite non-directory '{}' with directory '{}'",
+                    dst.display(),
+                    src.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                use std::os::unix::fs::DirBuilderExt;
+                fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(dst)
+                    .map_err(ctx(format_args!(
+                        "cannot create directory '{}'",
+                        dst.display()
+                    )))?;
+                self.dirs.insert(parent_of(dst));
+            }
+            Err(e) => return Err(ctx(format_args!("cannot stat '{}'", dst.display()))(e)),
+        }
+        let mut entries: Vec<_> = fs::read_dir(src)
+            .and_then(|it| it.collect::<io::Result<Vec<_>>>())
+            .map_err(ctx(format_args!(
+                "cannot read directory '{}'",
+                src.display()
+            )))?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            self.copy_entry(&e.path(), &dst.join(e.file_name()))?;
+        }
+        // Last, so that a read-only source directory's copy could be filled first.
+        fs::set_permissions(dst, Permissions::from_mode(meta.mode() & 0o7777)).map_err(ctx(
+            format_args!("cannot set the mode of '{}'", dst.display()),
+        ))
+    }
+
+    fn copy_symlink(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
+        let target = fs::read_link(src)
+            .map_err(ctx(format_args!("cannot read link '{}'", src.display())))?;
+        if fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir()) {
+            return Err(invalid(format!(
+                "cannot overwrite directory '{}' with a symlink",
+                dst.display()
+            )));
+        }
+        let tmp = parent_of(dst).join(format!(
+            ".{}.pagepipe-cp-{}-link",
+            name_of(dst)?.display(),
+            std::process::id()
+        ));
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&target, &tmp)
+            .and_then(|()| fs::rename(&tmp, dst))
+            .map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                ctx(format_args!("cannot create symlink '{}'", dst.display()))(e)
+            })?;
+        self.dirs.insert(parent_of(dst));
+        Ok(())
+    }
+
+    fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        if let Ok(d) = fs::metadata(dst) {
+            if d.dev() == meta.dev() && d.ino() == meta.ino() {
+                return Err(invalid(format!(
+                    "'{}' and '{}' are the same file",
+                    src.display(),
+                    dst.display()
+                )));
+            }
+            if d.is_dir() {
+                return Err(invalid(format!(
+                    "cannot overwrite directory '{}' with non-directory '{}'",
+                    dst.display(),
+                    src.display()
+                )));
+            }
+        }
+        let what = format!("reading '{}'", src.display());
+        let file = File::open(src).map_err(ctx(&what))?;
+        let probe = file.try_clone().map_err(ctx(&what))?;
+        self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
+        let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
+        let size = meta.len();
+        let written = self.write_temp(&mut reader, &what, dst, Some(meta.mode() & 0o7777))?;
+        if written.bytes < size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "'{}' shrank from {size} to {} bytes while being copied (vanished or truncated)",
+                    src.display(),
+                    written.bytes
+                ),
+            ));
+        }
+        let now = probe.metadata().map_err(ctx(&what))?.len();
+        if now != written.bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "'{}' changed size while being copied ({} bytes copied, {now} now)",
+                    src.display(),
+                    written.bytes
+                ),
+            ));
+        }
+        self.summary
+            .read_modes
+            .insert(format!("{:?}", reader.mode()).to_lowercase());
+        drop(reader); // drops what its last reads left cached
+        self.summary.src_bytes += written.bytes;
+        self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
+        self.commit(written, dst)
+    }
+
+    fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
+        if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
+            return Err(invalid(format!(
+                "cannot overwrite directory '{}' with standard input",
+                dst.display()
+            )));
+        }
+        self.summary.from_stdin = true;
+        let stdin = io::stdin();
+        let mut lock = stdin.lock();
+        let written = self.write_temp(&mut lock, "reading standard input", dst, None)?;
+        self.commit(written, dst)
+    }
+
+    /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
+    /// the permission bits to give it (None: a new file's default, 0666 less the umask).
+    fn write_temp(
+        &mut self,
+        src: &mut dyn Read,
+        reading: &str,
+        dst: &Path,
+        mode: Option<u32>,
+    ) -> io::Result<Written> {
+        let writing = format!("writing '{}'", dst.display());
+        let (temp, file) = Temp::create(dst, if mode.is_some() { 0o600 } else { 0o666 })?;
+        let mut w = Writer::with_mode(file, self.mode)
+            .map_err(ctx(&writing))?
+            .with_window(self.args.window.min(usize::MAX as u64) as usize);
+        if self.args.verbose {
+            let line = format!("'{}' -> '{}'", reading, dst.display());
+            self.bar.suspend(|| eprintln!("{line}"));
+        }
+        self.bar.set_message(
+            dst.file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+        );
+        let mut hasher = Xxh3::new();
+        let mut bytes = 0u64;
+        loop {
+            let n = match src.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ctx(reading)(e)),
+            };
+            w.write_all(&self.buf[..n]).map_err(ctx(&writing))?;
+            if self.args.verify {
+                hasher.update(&self.buf[..n]);
+            }
+            bytes += n as u64;
+            self.bar.inc(n as u64);
+        }
+        if let Some(mode) = mode {
+            w.file()
+                .set_permissions(Permissions::from_mode(mode))
+                .map_err(ctx(format_args!(
+                    "cannot set the mode of '{}'",
+                    temp.path().display()
+                )))?;
+        }
+        let stats = w.finish().map_err(ctx(&writing))?;
+        Ok(Written {
+            temp,
+            bytes,
+            hash: hasher.digest128(),
+            mode: stats.mode,
+        })
+    }
+
+    /// Verifies (with `--verify`), measures the cache the copy left, and renames it into place.
+    fn commit(&mut self, written: Written, dst: &Path) -> io::Result<()> {
+        if self.args.verify {
+            let got = self.hash_back(written.temp.path())?;
+            if got != written.hash {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "verification failed: the copy for '{}' reads back with xxh3-128 {got:032x}, \
+                         the data read had {:032x}; the copy was removed",
+                        dst.display(),
+                        written.hash
+                    ),
+                ));
+            }
+            self.summary.verified += 1;
+        }
+        let copy = File::open(written.temp.path()).map_err(ctx(format_args!(
+            "reading '{}'",
+            written.temp.path().display()
+        )))?;
+        self.summary.dst_cached += dontcache::cached_bytes(&copy).unwrap_or(0);
+        self.summary.dst_bytes += written.bytes;
+        self.summary.files += 1;
+        self.summary.bytes += written.bytes;
+        let mode = if written.bytes == 0 {
+            "none".to_string()
+        } else {
+            format!("{:?}", written.mode).to_lowercase()
+        };
+        self.summary.write_modes.insert(mode);
+        written.temp.commit(dst)?;
+        self.dirs.insert(parent_of(dst));
+        Ok(())
+    }
+
+    /// The xxh3-128 of a file read through a dontcache Reader (so reading it back caches
+    /// nothing either).
+    fn hash_back(&mut self, path: &Path) -> io::Result<u128> {
+        let what = format!("verifying '{}'", path.display());
+        let file = File::open(path).map_err(ctx(&what))?;
+        let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
+        let mut hasher = Xxh3::new();
+        loop {
+            match reader.read(&mut self.buf) {
+                Ok(0) => return Ok(hasher.digest128()),
+                Ok(n) => hasher.update(&self.buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ctx(&what)(e)),
+            }
+        }
+    }
+
+    /// fsyncs every directory that got a new entry, so the renames survive a crash.
+    fn sync_dirs(&mut self) -> io::Result<()> {
+        for dir in std::mem::take(&mut self.dirs) {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(ctx(format_args!("syncing directory '{}'", dir.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// The directory holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// cp refuses `cp -r a a/b`: the copy would recurse into itself.
+fn refuse_copy_into_itself(src: &Path, dst: &Path) -> io::Result<()> {
+    let src_abs =
+        fs::canonicalize(src).map_err(ctx(format_args!("cannot stat '{}'", src.display())))?;
+    let Ok(parent) = fs::canonicalize(parent_of(dst)) else {
+        return Ok(()); // the destination's parent is missing: creating it will fail and say so
+    };
+    let dst_abs = match dst.file_name() {
+        Some(name) => parent.join(name),
+        None => parent,
+    };
+    if dst_abs.starts_with(&src_abs) {
+        return Err(invalid(format!(
+            "cannot copy a directory, '{}', into itself, '{}'",
+            src.display(),
+            dst.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_follows_cp() {
+        let dir = std::env::temp_dir().join(format!("pagepipe-cp-plan-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let p = |s: &str| PathBuf::from(s);
+        // One source, DST not a directory: DST is the new name.
+        let missing = dir.join("new");
+        assert_eq!(
+            plan(&[p("a/x")], &missing).unwrap(),
+            vec![(p("a/x"), missing)]
+        );
+        // DST a directory: copy into it, under the source's name.
+        assert_eq!(
+            plan(&[p("a/x"), p("y/")], &dir).unwrap(),
+            vec![(p("a/x"), dir.join("x")), (p("y/"), dir.join("y"))]
+        );
+        // Several sources need a directory.
+        let e = plan(&[p("a"), p("b")], &dir.join("new")).unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+        // stdin needs a file name; only once; never to stdout.
+        assert!(plan(&[p("-")], &dir).is_err());
+        assert!(plan(&[p("-"), p("-")], &dir).is_err());
+        assert!(plan(&[p("a")], Path::new("-")).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_read_like_people_write_them() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1536), "1.50 KiB");
+        assert_eq!(human(2 << 30), "2.00 GiB");
+        assert_eq!(pct(1, 0), 0.0);
+    }
+}

@@ -1,0 +1,389 @@
+//! pagepipe-cp end to end: trees and stdin round trip with checksums and modes, cp's
+//! conventions, ENOSPC on a small filesystem, and interrupted copies (SIGKILL, SIGINT, a source
+//! truncated mid-copy) that leave no complete-looking destination.
+
+#[path = "../../pagepipe/tests/support/smallfs.rs"]
+mod smallfs;
+
+use smallfs::SmallFs;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pagepipe-cp");
+
+/// A fresh directory under the temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("pagepipe-cp-{what}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cp(args: &[&Path]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Bytes that differ from page to page (a copy that shuffled pages would not match).
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 12) as u8 ^ seed)
+        .collect()
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) {
+    fs::write(path, bytes).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The temporaries pagepipe-cp left in `dir` (recursively).
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().contains(".pagepipe-cp-") {
+            out.push(p.clone());
+        }
+        if fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(temporaries(&p));
+        }
+    }
+    out
+}
+
+/// Asserts that `b` is a copy of `a`: same entries, kinds, mode bits, symlink targets and
+/// file checksums.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let (ma, mb) = (
+        fs::symlink_metadata(a).unwrap(),
+        fs::symlink_metadata(b).unwrap(),
+    );
+    assert_eq!(ma.file_type(), mb.file_type(), "{a:?} vs {b:?}");
+    if ma.file_type().is_symlink() {
+        assert_eq!(fs::read_link(a).unwrap(), fs::read_link(b).unwrap());
+        return;
+    }
+    assert_eq!(
+        ma.mode() & 0o7777,
+        mb.mode() & 0o7777,
+        "mode bits of {b:?} differ from {a:?}"
+    );
+    if ma.is_file() {
+        let (da, db) = (fs::read(a).unwrap(), fs::read(b).unwrap());
+        assert_eq!(da.len(), db.len(), "size of {b:?}");
+        assert_eq!(fnv1a(&da), fnv1a(&db), "checksum of {b:?}");
+        return;
+    }
+    let names = |d: &Path| {
+        let mut v: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let (na, nb) = (names(a), names(b));
+    assert_eq!(na, nb, "entries of {b:?}");
+    for n in na {
+        assert_same_tree(&a.join(&n), &b.join(&n));
+    }
+}
+
+fn make_tree(root: &Path) {
+    fs::create_dir(root).unwrap();
+    write_file(&root.join("empty"), b"", 0o644);
+    write_file(&root.join("one-byte"), b"x", 0o600);
+    write_file(&root.join("page-and-one"), &pattern(4097, 1), 0o640);
+    write_file(&root.join("big"), &pattern((3 << 20) + 5, 2), 0o755);
+    fs::create_dir(root.join("sub")).unwrap();
+    write_file(&root.join("sub/inner"), &pattern(200_000, 3), 0o604);
+    fs::set_permissions(root.join("sub"), fs::Permissions::from_mode(0o750)).unwrap();
+    fs::create_dir(root.join("empty-dir")).unwrap();
+    fs::set_permissions(root.join("empty-dir"), fs::Permissions::from_mode(0o711)).unwrap();
+    std::os::unix::fs::symlink("one-byte", root.join("link")).unwrap();
+}
+
+#[test]
+fn a_tree_round_trips_with_checksums_and_modes() {
+    let t = TempDir::new("tree");
+    let src = t.join("src");
+    make_tree(&src);
+    // DST missing: it becomes the copy.
+    let dst = t.join("dst");
+    let out = cp(&[Path::new("-r"), Path::new("--verify"), &src, &dst]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&src, &dst);
+    let report = text(&out.stdout);
+    assert!(report.contains("copied 5 file(s)"), "{report}");
+    assert!(report.contains("verified 5 file(s)"), "{report}");
+    assert!(
+        report.contains("left in the page cache: source"),
+        "{report}"
+    );
+    // DST an existing directory: the tree goes inside it, under its own name.
+    let out = cp(&[Path::new("-r"), &src, &dst]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&src, &dst.join("src"));
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn files_follow_cp_conventions() {
+    let t = TempDir::new("conv");
+    write_file(&t.join("a"), &pattern(10_000, 4), 0o640);
+    write_file(&t.join("b"), &pattern(70_000, 5), 0o600);
+    fs::create_dir(t.join("d")).unwrap();
+    // SRC DST: a new name; over an existing file: replaced, with the source's mode.
+    let out = cp(&[&t.join("a"), &t.join("c")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&t.join("a"), &t.join("c"));
+    let out = cp(&[&t.join("b"), &t.join("c")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&t.join("b"), &t.join("c"));
+    // Several SRC into a directory.
+    let out = cp(&[&t.join("a"), &t.join("b"), &t.join("d")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&t.join("a"), &t.join("d/a"));
+    assert_same_tree(&t.join("b"), &t.join("d/b"));
+    // Several SRC need a directory DST.
+    let out = cp(&[&t.join("a"), &t.join("b"), &t.join("c")]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("is not a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A directory without -r is reported and skipped, the rest copied, the exit status 1.
+    let out = cp(&[&t.join("d"), &t.join("a"), &t.join("e-dir-missing")]);
+    assert!(!out.status.success());
+    fs::create_dir(t.join("e")).unwrap();
+    let out = cp(&[&t.join("d"), &t.join("a"), &t.join("e")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("-r not specified; omitting directory"));
+    assert_same_tree(&t.join("a"), &t.join("e/a"));
+    assert!(!t.join("e/d").exists());
+    // A file onto itself, a missing source.
+    let out = cp(&[&t.join("a"), &t.join("a")]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("are the same file"));
+    let out = cp(&[&t.join("nope"), &t.join("x")]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+    assert!(!t.join("x").exists());
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn stdin_is_copied_to_a_named_file() {
+    let t = TempDir::new("stdin");
+    let data = pattern((5 << 20) + 3, 6);
+    let dst = t.join("from-stdin");
+    let mut child = Command::new(BIN)
+        .args(["--verify", "--mode", "fallback", "-"])
+        .arg(&dst)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fnv1a(&fs::read(&dst).unwrap()), fnv1a(&data));
+    assert!(
+        text(&out.stdout).contains("writes: fallback"),
+        "{}",
+        text(&out.stdout)
+    );
+    // stdin needs a file name, not a directory.
+    let out = cp(&[Path::new("-"), &t.0]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("standard input"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Copies a 32 MiB file onto a small filesystem: the copy must fail with ENOSPC's message and
+/// leave neither the destination nor a temporary.
+fn expect_enospc(fs_dir: &Path, mode: &str) {
+    let t = TempDir::new("enospc-src");
+    let src = t.join("big");
+    write_file(&src, &pattern(32 << 20, 7), 0o644);
+    let dst = fs_dir.join("copy");
+    let out = Command::new(BIN)
+        .args(["--mode", mode])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
+    assert!(err.contains("No space left on device"), "{mode}: {err}");
+    assert!(
+        err.contains("copy"),
+        "the message names the destination: {err}"
+    );
+    assert!(!dst.exists(), "{mode}: a partial destination was left");
+    assert_eq!(temporaries(fs_dir), Vec::<PathBuf>::new(), "{mode}");
+}
+
+#[test]
+fn enospc_on_tmpfs_stops_with_no_destination() {
+    let fs = match SmallFs::tmpfs() {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!("SKIPPED enospc_on_tmpfs_stops_with_no_destination: cannot mount a tmpfs here ({why})");
+            return;
+        }
+    };
+    for mode in ["auto", "fallback"] {
+        expect_enospc(&fs.dir, mode);
+    }
+}
+
+#[test]
+fn enospc_on_ext4_stops_with_no_destination() {
+    let fs = match SmallFs::ext4() {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!("SKIPPED enospc_on_ext4_stops_with_no_destination: cannot loop-mount an ext4 image here ({why})");
+            return;
+        }
+    };
+    for mode in ["auto", "fallback"] {
+        expect_enospc(&fs.dir, mode);
+    }
+}
+
+/// Starts copying stdin to `dst` and feeds it 4 MiB without closing it, so the copy is
+/// mid-way for as long as the test likes; returns once the temporary exists.
+fn start_stdin_copy(dst: &Path) -> (Child, std::process::ChildStdin) {
+    let mut child = Command::new(BIN)
+        .arg("-")
+        .arg(dst)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&pattern(4 << 20, 8)).unwrap();
+    wait_for_temporary(dst.parent().unwrap());
+    (child, stdin)
+}
+
+fn wait_for_temporary(dir: &Path) {
+    let t0 = Instant::now();
+    while temporaries(dir).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no temporary appeared in {dir:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn sigkill_mid_copy_leaves_no_destination() {
+    let t = TempDir::new("kill");
+    let dst = t.join("out");
+    let (mut child, stdin) = start_stdin_copy(&dst);
+    child.kill().unwrap(); // SIGKILL: nothing can clean up
+    let status = child.wait().unwrap();
+    drop(stdin);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert!(!dst.exists(), "a killed copy left a destination");
+    // What SIGKILL leaves is a dot-file that says what it is.
+    let temps = temporaries(&t.0);
+    assert_eq!(temps.len(), 1, "{temps:?}");
+    assert!(temps[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with(".out.pagepipe-cp-"));
+}
+
+#[test]
+fn sigint_mid_copy_removes_the_temporary() {
+    let t = TempDir::new("int");
+    let dst = t.join("out");
+    let (child, stdin) = start_stdin_copy(&dst);
+    // SAFETY: kill(2) with a live child's pid and a valid signal number.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(out.status.signal(), Some(libc::SIGINT));
+    assert!(!dst.exists());
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_source_truncated_mid_copy_is_an_error_with_no_destination() {
+    let t = TempDir::new("shrink");
+    let src = t.join("sparse");
+    File::create(&src).unwrap().set_len(1 << 30).unwrap(); // sparse: costs no disk
+    fs::create_dir(t.join("out")).unwrap();
+    let dst = t.join("out/copy");
+    let child = Command::new(BIN)
+        .arg(&src)
+        .arg(&dst)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    wait_for_temporary(&t.join("out"));
+    // SAFETY: kill(2) with a live child's pid and valid signal numbers.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    File::options()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("shrank"), "{err}");
+    assert!(!dst.exists(), "a truncated copy was renamed into place");
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}

@@ -1,0 +1,124 @@
+//! A small filesystem mounted for one test (tmpfs, or a loop-mounted ext4 image), shared by the
+//! dontcache tests of `pagepipe` and `pagepipe-cp` (`#[path]`-included: not a test of its own).
+//! Mounting needs root; where it is forbidden the constructors say why, and the tests skip.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh path under the temp dir, unique in this process.
+fn temp_path(what: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "pagepipe-smallfs-{what}-{}-{n}",
+        std::process::id()
+    ))
+}
+
+/// A small filesystem mounted for one test, unmounted (and its mount point removed) on drop.
+pub struct SmallFs {
+    /// The mount point.
+    pub dir: PathBuf,
+    image: Option<PathBuf>,
+}
+
+impl SmallFs {
+    /// Mounts a tmpfs of 8 MiB, or says why it cannot (mounting forbidden, not root).
+    pub fn tmpfs() -> Result<SmallFs, String> {
+        let dir = temp_path("tmpfs-mnt");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&dir)
+            .output();
+        SmallFs::mounted(dir, None, out)
+    }
+
+    /// Makes a 16 MiB ext4 image with mkfs.ext4 (e2fsprogs) and loop-mounts it.
+    pub fn ext4() -> Result<SmallFs, String> {
+        let image = temp_path("ext4-img");
+        let f = File::create(&image).map_err(|e| e.to_string())?;
+        f.set_len(16 << 20).map_err(|e| e.to_string())?;
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .output();
+        match mkfs {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!("mkfs.ext4 not runnable (install e2fsprogs): {e}"));
+            }
+        }
+        let dir = temp_path("ext4-mnt");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&dir)
+            .output();
+        SmallFs::mounted(dir, Some(image), out)
+    }
+
+    fn mounted(
+        dir: PathBuf,
+        image: Option<PathBuf>,
+        out: io::Result<std::process::Output>,
+    ) -> Result<SmallFs, String> {
+        let fs = SmallFs { dir, image };
+        match out {
+            Ok(o) if o.status.success() => Ok(fs),
+            Ok(o) => {
+                let why = format!(
+                    "mount failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                fs.cleanup(false);
+                Err(why)
+            }
+            Err(e) => {
+                fs.cleanup(false);
+                Err(format!("mount not runnable: {e}"))
+            }
+        }
+    }
+
+    fn cleanup(&self, mounted: bool) {
+        if mounted {
+            // Retry briefly, then detach lazily: a mount must never outlive the test.
+            let unmounted = (0..20).any(|_| {
+                let ok = Command::new("umount")
+                    .arg(&self.dir)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                ok
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(image) = &self.image {
+            let _ = std::fs::remove_file(image);
+        }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        self.cleanup(true);
+    }
+}
