@@ -366,9 +366,9 @@ impl Shared {
         self.header().nonblocking[side].load(Ordering::Relaxed) != 0
     }
 
-    /// How a call on `side` may wait for its side lock.
-    pub(crate) fn lock_wait(&self, side: usize, deadline: Option<Instant>) -> lock::Wait {
-        if self.nonblocking(side) {
+    /// How a call on `side` may wait for its side lock (`nonblocking`: the call's own mode).
+    pub(crate) fn lock_wait(&self, nonblocking: bool, deadline: Option<Instant>) -> lock::Wait {
+        if nonblocking {
             lock::Wait::Never
         } else {
             lock::Wait::Until(deadline)

@@ -131,7 +131,7 @@ impl Reader {
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
             let eof = self.end.peer_gone(false);
-            let mut rs = sh.lock_read(sh.lock_wait(R, deadline))?;
+            let mut rs = sh.lock_read(sh.lock_wait(self.is_nonblocking(), deadline))?;
             // Acquire: pairs with the writer's Release head RMW.
             rs.cached_head = ring::index(sh.header().head.word.load(Ordering::Acquire));
             super::check_indices(rs.cached_head, rs.tail, rs.ring_size)?;
@@ -154,10 +154,28 @@ impl Reader {
         }
     }
 
-    fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads without blocking, whatever this end's mode: like `read` in non-blocking mode
+    /// (`WouldBlock` on an empty pipe while writers exist, or on a read side held by a chunk).
+    /// What async adapters and event loops use without changing the mode every holder shares.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (mut w, r) = pagepipe::pipe()?;
+    /// let mut buf = [0u8; 8];
+    /// assert_eq!(r.try_read(&mut buf).unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    /// w.write_all(b"now")?;
+    /// assert_eq!(r.try_read(&mut buf)?, 3);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf, true)
+    }
+
+    fn read_impl(&self, buf: &mut [u8], try_only: bool) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0); // a null read succeeds (as in Linux)
         }
+        let nonblocking = try_only || self.is_nonblocking();
         let sh = self.shared();
         let deadline = sh.deadline(R);
         let max = buf.len();
@@ -171,7 +189,7 @@ impl Reader {
             unsafe { std::ptr::copy_nonoverlapping(src, dst.add(off), len) }
         };
         loop {
-            let mut rs = sh.lock_read(sh.lock_wait(R, deadline))?;
+            let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
             let n = consume(sh, &mut rs, max, true, copy)?;
             if n > 0 {
                 self.end.sync();
@@ -184,7 +202,7 @@ impl Reader {
                 self.end.sync();
                 return n;
             }
-            if self.is_nonblocking() {
+            if nonblocking {
                 return Err(would_block());
             }
             drop(rs);
@@ -384,13 +402,13 @@ impl ReadChunk<'_> {
 
 impl io::Read for Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf)
+        self.read_impl(buf, false)
     }
 }
 
 impl io::Read for &Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf)
+        self.read_impl(buf, false)
     }
 }
 

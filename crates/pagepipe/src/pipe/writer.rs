@@ -154,7 +154,7 @@ impl Writer {
             if self.end.peer_gone(false) {
                 return Err(broken_pipe());
             }
-            let mut ws = sh.lock_write(sh.lock_wait(W, deadline))?;
+            let mut ws = sh.lock_write(sh.lock_wait(self.is_nonblocking(), deadline))?;
             // Acquire: pairs with the reader's Release tail RMW (its last reads of freed pages).
             let tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
             super::check_indices(ws.head, tail, ws.ring_size)?;
@@ -175,7 +175,22 @@ impl Writer {
         }
     }
 
-    fn write_impl(&self, src: &mut Source<'_>) -> io::Result<usize> {
+    /// Writes without blocking, whatever this end's mode: like `write` in non-blocking mode
+    /// (`WouldBlock` when nothing fits or the write side is held; a large write places what
+    /// fits). What async adapters and event loops use without changing the shared mode.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        let one = [IoSlice::new(buf)];
+        self.write_impl(&mut Source::new(&one), true)
+    }
+
+    /// [`Writer::try_write`] of several buffers as one write (atomic up to
+    /// [`crate::PIPE_BUF`] bytes in all).
+    pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_impl(&mut Source::new(bufs), true)
+    }
+
+    fn write_impl(&self, src: &mut Source<'_>, try_only: bool) -> io::Result<usize> {
+        let nonblocking = try_only || self.is_nonblocking();
         let total = src.len();
         if total == 0 {
             return Ok(0); // a null write succeeds, even with no reader (as in Linux)
@@ -186,7 +201,7 @@ impl Writer {
         let sh = self.shared();
         let deadline = sh.deadline(W);
         let prefilled = sh.prefill(total);
-        let mut ws = sh.lock_write(sh.lock_wait(W, deadline))?;
+        let mut ws = sh.lock_write(sh.lock_wait(nonblocking, deadline))?;
         sh.adopt_prefill(&ws, prefilled);
         let mut done = merge(sh, &ws, src)?;
         let result = loop {
@@ -196,14 +211,14 @@ impl Writer {
             if done == total {
                 break Ok(done);
             }
-            if self.is_nonblocking() {
+            if nonblocking {
                 break partial(done, would_block());
             }
             drop(ws);
             let again = self
                 .end
                 .wait_writable(deadline)
-                .and_then(|()| sh.lock_write(sh.lock_wait(W, deadline)));
+                .and_then(|()| sh.lock_write(sh.lock_wait(false, deadline)));
             ws = match again {
                 Ok(ws) => ws,
                 Err(e) => return partial(done, e),
@@ -517,7 +532,7 @@ pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
 impl Writer {
     fn write_one(&self, buf: &[u8]) -> io::Result<usize> {
         let one = [IoSlice::new(buf)];
-        self.write_impl(&mut Source::new(&one))
+        self.write_impl(&mut Source::new(&one), false)
     }
 }
 
@@ -528,7 +543,7 @@ impl io::Write for Writer {
         self.write_one(buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_impl(&mut Source::new(bufs))
+        self.write_impl(&mut Source::new(bufs), false)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -540,7 +555,7 @@ impl io::Write for &Writer {
         self.write_one(buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_impl(&mut Source::new(bufs))
+        self.write_impl(&mut Source::new(bufs), false)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
