@@ -26,7 +26,7 @@ pub(crate) const WAITERS: u64 = 1 << 31;
 /// The thread id bits of a lock word.
 const TID_MASK: u64 = WAITERS - 1;
 /// How long a taker sleeps before it checks that the holder is alive.
-pub(crate) const TICK: Duration = Duration::from_millis(50);
+pub(crate) const TICK: Duration = Duration::from_millis(20);
 
 const _: () = assert!(
     cfg!(target_endian = "little"),
