@@ -25,44 +25,32 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of zeroed memory, committed lazily (`mmap(2)` with `MAP_NORESERVE`).
     pub(crate) fn anonymous(len: usize) -> io::Result<Mapping> {
-        assert!(
-            len > 0 && len % PAGE_SIZE == 0,
-            "mapping length {len} is not a positive page multiple"
-        );
-        // SAFETY: a fresh anonymous mapping at an address of the kernel's choice aliases nothing.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap returned a null mapping");
-        Ok(Mapping { ptr, len })
+        Mapping::map(
+            len,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        )
     }
 
     /// Maps `len` bytes of the memory file `fd` shared (`mmap(2)`, `MAP_SHARED`): stores are
-    /// seen by every process that maps it.
+    /// seen by every process that maps it. The caller has checked (and sealed) the file's size.
     pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        Mapping::map(len, libc::MAP_SHARED, fd.as_raw_fd())
+    }
+
+    fn map(len: usize, flags: libc::c_int, fd: RawFd) -> io::Result<Mapping> {
         assert!(
             len > 0 && len % PAGE_SIZE == 0,
             "mapping length {len} is not a positive page multiple"
         );
-        // SAFETY: a fresh shared mapping at an address of the kernel's choice aliases no Rust
-        // memory; the file's size was checked (and sealed) by the caller.
+        // SAFETY: a fresh mapping at an address of the kernel's choice aliases no Rust memory.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                flags,
+                fd,
                 0,
             )
         };

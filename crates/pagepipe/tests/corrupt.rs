@@ -3,91 +3,15 @@
 //! error is fine, `InvalidData` expected), never panic, fault or hang; bytes are the peer's
 //! business, memory safety is ours.
 
+#[path = "support/peer.rs"]
+#[allow(dead_code)] // the fuzz target uses all of it, this test not `len`
+mod peer;
+
 use pagepipe::{Builder, PoolPolicy, Reader, Writer};
+use peer::{header_word, Mapped};
 use proptest::prelude::*;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-
-/// This process's own mapping of a pipe's region, obtained the way a peer would: receive the
-/// end over a socket and map the memory file that came with it.
-struct Mapped {
-    base: *mut u8,
-    len: usize,
-}
-
-impl Mapped {
-    fn of(w: &Writer) -> Mapped {
-        let (a, b) = UnixStream::pair().unwrap();
-        w.send_to(&a).unwrap();
-        let fds = recv_fds(&b);
-        let memfd = &fds[0];
-        // SAFETY: fstat into a zeroed stat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) }, 0);
-        let len = st.st_size as usize;
-        // SAFETY: a fresh shared mapping of the memory file; we only write through raw pointers.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                memfd.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        Mapped {
-            base: base.cast(),
-            len,
-        }
-    }
-
-    /// Overwrites the aligned u64 at `offset` (volatile: the pipe's process reads it).
-    fn poke(&self, offset: usize, value: u64) {
-        assert!(offset + 8 <= self.len && offset % 8 == 0);
-        // SAFETY: in bounds and aligned; the region is shared memory meant to be written.
-        unsafe { std::ptr::write_volatile(self.base.add(offset).cast::<u64>(), value) };
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly our mapping.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-fn recv_fds(sock: &UnixStream) -> Vec<OwnedFd> {
-    let mut buf = [0u8; 16];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: a zeroed msghdr, filled with live buffers below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: recvmsg into our buffers.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    assert!(n > 0);
-    let mut fds = Vec::new();
-    // SAFETY: walks the control headers the kernel wrote; SCM_RIGHTS data are descriptors now ours.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-        let data = libc::CMSG_DATA(cmsg).cast::<i32>();
-        for i in 0..count {
-            fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-        }
-    }
-    fds
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -99,19 +23,6 @@ enum Op {
     Len,
     /// Overwrite the u64 at this offset (words of the header, slot table or arena).
     Poke(usize, u64),
-}
-
-/// The header's `nonblocking` and `timeout_ns` words (bytes 912..936) are left alone: they are
-/// shared by design, as `O_NONBLOCK` is shared by every holder of a file description, so a peer
-/// that clears them makes our calls blocking, exactly as `fcntl` on a shared pipe descriptor
-/// would. Everything else a peer may scribble on.
-fn header_word(w: usize) -> usize {
-    let off = w * 8;
-    if (912..936).contains(&off) {
-        off + 24
-    } else {
-        off
-    }
 }
 
 /// Offsets worth corrupting: every header word, the first slots' states and starts, arena bytes.
