@@ -130,8 +130,11 @@ impl Reader {
         let deadline = sh.deadline(R);
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
-            let eof = self.end.peer_gone(false);
-            let mut rs = sh.lock_read(sh.lock_wait(self.is_nonblocking(), deadline))?;
+            // A non-blocking call asks the kernel before it could answer WouldBlock: a writer
+            // that was killed (or is closing) has not bumped the close counter.
+            let nonblocking = self.is_nonblocking();
+            let eof = self.end.peer_gone(nonblocking);
+            let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
             // Acquire: pairs with the writer's Release head RMW.
             rs.cached_head = ring::index(sh.header().head.word.load(Ordering::Acquire));
             super::check_indices(rs.cached_head, rs.tail, rs.ring_size)?;
@@ -146,7 +149,7 @@ impl Reader {
                     guard: rs,
                 });
             }
-            if self.is_nonblocking() {
+            if nonblocking {
                 return Err(would_block());
             }
             drop(rs);
@@ -196,8 +199,10 @@ impl Reader {
                 return Ok(n);
             }
             // Seeing no writer means seeing every slot they published (see `End::peer_gone`):
-            // look once more before reporting end of file.
-            if self.end.peer_gone(false) {
+            // look once more before reporting end of file. Before answering WouldBlock, ask the
+            // kernel: a killed writer bumps no counter, and an event loop woken by POLLHUP must
+            // see end of file, not WouldBlock.
+            if self.end.peer_gone(nonblocking) {
                 let n = consume(sh, &mut rs, max, true, copy);
                 self.end.sync();
                 return n;

@@ -168,7 +168,12 @@ impl Writer {
                 });
             }
             if self.is_nonblocking() {
-                return Err(would_block());
+                // Before WouldBlock, ask the kernel (a killed reader bumps no counter).
+                return Err(if self.end.peer_gone(true) {
+                    broken_pipe()
+                } else {
+                    would_block()
+                });
             }
             drop(ws);
             self.end.wait_writable(deadline)?;
@@ -212,7 +217,13 @@ impl Writer {
                 break Ok(done);
             }
             if nonblocking {
-                break partial(done, would_block());
+                // Before WouldBlock, ask the kernel (a killed reader bumps no counter).
+                let e = if self.end.peer_gone(true) {
+                    broken_pipe()
+                } else {
+                    would_block()
+                };
+                break partial(done, e);
             }
             drop(ws);
             let again = self
