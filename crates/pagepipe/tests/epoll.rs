@@ -78,8 +78,18 @@ fn read_all_edge_triggered(r: &pagepipe::Reader, writers: usize, per_writer: u32
     let mut pending = Vec::new();
     let mut buf = vec![0u8; 3000]; // not a multiple of 8: records straddle reads
     let mut eof = false;
+    let mut hup = false;
     while !eof {
-        ep.wait(start);
+        if !hup {
+            hup = ep.wait(start) & libc::EPOLLHUP as u32 != 0;
+        } else {
+            // Known deviation (see `try_read_after_a_writer_process_died_holding_its_end`):
+            // the last writer's descriptors close, so POLLHUP, before it bumps the close
+            // counter that `try_read` looks at; a reader that saw the edge retries until the
+            // bump lands (no further edge comes).
+            assert!(start.elapsed() < LIMIT, "POLLHUP but never end of file");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         loop {
             match r.try_read(&mut buf) {
                 Ok(0) => {
@@ -214,6 +224,10 @@ fn edge_triggered_writer_on_a_small_pipe() {
     assert_eq!(sum, data.iter().map(|&b| u64::from(b)).sum::<u64>());
 }
 
+/// Also a race on a clean close: `End::drop` closes the descriptors (POLLHUP, the edge) before
+/// it bumps the counter, so a reader woken by that edge may see `WouldBlock` and get no further
+/// edge; the stress tests above retry after POLLHUP for that reason.
+///
 /// A writer process that dies without dropping its writer (killed, or `_exit` with the end
 /// still held) bumps no close counter. The descriptor reports POLLHUP at once, and a kernel
 /// pipe's non-blocking read returns 0 there; `try_read` (and a read in non-blocking mode) asks
