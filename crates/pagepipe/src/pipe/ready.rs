@@ -34,6 +34,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 ///     let mut buf = [0u8; 16];
 ///     loop {
 ///         match r.read(&mut buf) {
+///             Ok(0) => break, // end of file: the writer may be gone before we read
 ///             Ok(n) => got.extend_from_slice(&buf[..n]),
 ///             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
 ///             Err(e) => return Err(e),
