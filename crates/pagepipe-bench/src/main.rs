@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod async_bench;
 mod child;
 mod common;
 mod compare;
@@ -48,6 +49,9 @@ enum Cmd {
     Bw(lmbench::BwArgs),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between threads or processes.
     Lat(lmbench::LatArgs),
+    /// tokio: `tokio::net::unix::pipe` against pagepipe's AsyncReader/AsyncWriter, bandwidth of
+    /// 64 KiB writes and 1-byte round trip, between tasks or processes.
+    Async(async_bench::Args),
     /// Forked writers (or a reader) killed with SIGKILL at random moments: time until the
     /// other side notices (end of file, BrokenPipe), and every record checked.
     PeerDeath(peer_death::Args),
@@ -67,6 +71,7 @@ fn main() {
         Some(Cmd::Pipe(a)) => pipe_bench::run(&a, opts),
         Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
         Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
+        Some(Cmd::Async(a)) => async_bench::run(&a, opts),
         Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),

@@ -39,6 +39,8 @@ mod region;
 mod ring;
 mod sync;
 mod sys;
+#[cfg(all(feature = "tokio", not(loom)))]
+pub mod tokio;
 
 pub use frag::{
     Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,

@@ -1,0 +1,290 @@
+//! `pagepipe::tokio` with real tokio clients: codecs, `tokio::io::copy` to and from sockets,
+//! many concurrent pipes on a multi-thread runtime, end of file and `BrokenPipe` (also after a
+//! peer process was killed). Every test is bounded by a generous timeout: a hang fails, a slow
+//! machine does not.
+
+use futures_util::StreamExt;
+use pagepipe::tokio::{AsyncReader, AsyncWriter};
+use std::io::{self, Write};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, LinesCodec};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f).await.expect("hung")
+}
+
+/// A deterministic byte stream: `len` bytes from `seed`.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[test]
+fn lines_codec_over_async_reader() {
+    runtime().block_on(bounded(async {
+        let (mut w, r) = pagepipe::pipe().unwrap();
+        // A blocking writer thread: readiness must cross from plain writes to the reactor.
+        let writer = std::thread::spawn(move || {
+            for i in 0..5000 {
+                writeln!(w, "line {i} {}", "x".repeat(i % 97)).unwrap();
+            }
+        });
+        let mut lines = FramedRead::new(AsyncReader::new(r).unwrap(), LinesCodec::new());
+        let mut n = 0;
+        while let Some(line) = lines.next().await {
+            assert_eq!(line.unwrap(), format!("line {n} {}", "x".repeat(n % 97)));
+            n += 1;
+        }
+        assert_eq!(n, 5000);
+        writer.join().unwrap();
+    }));
+}
+
+#[test]
+fn copy_between_pagepipe_and_socket() {
+    runtime().block_on(bounded(async {
+        let data = pattern(7, 3 << 20);
+        // pagepipe -> socket
+        let (w, r) = pagepipe::pipe().unwrap();
+        let (mut w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+        let (mut s1, mut s2) = tokio::net::UnixStream::pair().unwrap();
+        let feed = data.clone();
+        let producer = tokio::spawn(async move { w.write_all(&feed).await });
+        let pump = tokio::spawn(async move {
+            let n = tokio::io::copy(&mut r, &mut s1).await?;
+            s1.shutdown().await?;
+            io::Result::Ok(n)
+        });
+        let mut got = Vec::new();
+        s2.read_to_end(&mut got).await.unwrap();
+        producer.await.unwrap().unwrap();
+        assert_eq!(pump.await.unwrap().unwrap(), data.len() as u64);
+        assert!(got == data, "pagepipe -> socket corrupted the stream");
+
+        // socket -> pagepipe
+        let (w, r) = pagepipe::pipe().unwrap();
+        let (mut w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+        let (mut s1, mut s2) = tokio::net::UnixStream::pair().unwrap();
+        let feed = data.clone();
+        let producer = tokio::spawn(async move {
+            s1.write_all(&feed).await?;
+            s1.shutdown().await
+        });
+        let pump = tokio::spawn(async move {
+            let n = tokio::io::copy(&mut s2, &mut w).await?;
+            w.shutdown().await?;
+            drop(w); // end of file for the reader
+            io::Result::Ok(n)
+        });
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        producer.await.unwrap().unwrap();
+        assert_eq!(pump.await.unwrap().unwrap(), data.len() as u64);
+        assert!(got == data, "socket -> pagepipe corrupted the stream");
+    }));
+}
+
+#[test]
+fn many_concurrent_pipes_multi_thread() {
+    const PIPES: u64 = 64;
+    runtime().block_on(bounded(async {
+        let mut tasks = Vec::new();
+        for p in 0..PIPES {
+            // Small pipes for some, so writers fill them and wait in the reactor too.
+            let cap = if p % 2 == 0 { 4096 } else { 64 * 1024 };
+            let (w, r) = pagepipe::Builder::new().capacity(cap).build().unwrap();
+            let (mut w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+            let data = pattern(p, 64 * 1024 + (p as usize) * 997);
+            let sum = checksum(&data);
+            let len = data.len();
+            tasks.push(tokio::spawn(async move {
+                let mut off = 0;
+                let mut step = 1 + (p as usize) * 131;
+                while off < data.len() {
+                    let end = (off + step).min(data.len());
+                    w.write_all(&data[off..end]).await.unwrap();
+                    off = end;
+                    step = step * 7 % 20_000 + 1;
+                }
+            }));
+            tasks.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 1 + (p as usize) * 61 % 9000];
+                loop {
+                    let n = r.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                assert_eq!(got.len(), len, "pipe {p}");
+                assert_eq!(checksum(&got), sum, "pipe {p}");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }));
+}
+
+#[test]
+fn end_of_file_and_broken_pipe() {
+    runtime().block_on(bounded(async {
+        // End of file after the queued data, once the last writer is gone.
+        let (w, r) = pagepipe::pipe().unwrap();
+        let mut r = AsyncReader::new(r).unwrap();
+        let mut w = AsyncWriter::new(w).unwrap();
+        w.write_all(b"tail").await.unwrap();
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(w);
+        });
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"tail");
+        assert_eq!(r.read(&mut [0u8; 4]).await.unwrap(), 0);
+        late.await.unwrap();
+
+        // BrokenPipe: a writer blocked on a full pipe wakes when the reader goes.
+        let (w, r) = pagepipe::Builder::new().capacity(4096).build().unwrap();
+        let mut w = AsyncWriter::new(w).unwrap();
+        let r = AsyncReader::new(r).unwrap();
+        let closer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(r);
+        });
+        let err = w.write_all(&[1u8; 64 * 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            w.write(b"x").await.unwrap_err().kind(),
+            io::ErrorKind::BrokenPipe
+        );
+        assert_eq!(w.write(b"").await.unwrap(), 0); // a null write succeeds, as in Linux
+        closer.await.unwrap();
+
+        // Back to a blocking end.
+        let (w, r) = pagepipe::pipe().unwrap();
+        let mut aw = AsyncWriter::new(w).unwrap();
+        aw.write_all(b"abc").await.unwrap();
+        let w = aw.into_inner();
+        assert!(!w.is_nonblocking());
+        let r = AsyncReader::new(r).unwrap().into_inner();
+        let mut buf = [0u8; 8];
+        assert_eq!(r.try_read(&mut buf).unwrap(), 3);
+    }));
+}
+
+#[test]
+fn clones_of_one_end_each_get_an_adapter() {
+    runtime().block_on(bounded(async {
+        let (w, r) = pagepipe::pipe().unwrap();
+        let (w2, r2) = (w.clone(), r.clone());
+        let writers = [AsyncWriter::new(w).unwrap(), AsyncWriter::new(w2).unwrap()];
+        let readers = [AsyncReader::new(r).unwrap(), AsyncReader::new(r2).unwrap()];
+        let mut tasks = Vec::new();
+        for (i, mut w) in writers.into_iter().enumerate() {
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..20_000 {
+                    // PIPE_BUF atomic records of one byte value each.
+                    w.write_all(&[i as u8 + 1; 100]).await.unwrap();
+                }
+                0usize
+            }));
+        }
+        for mut r in readers {
+            tasks.push(tokio::spawn(async move {
+                let mut total = 0;
+                let mut buf = [0u8; 1000];
+                loop {
+                    let n = r.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return total;
+                    }
+                    total += n;
+                }
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(total, 2 * 20_000 * 100);
+    }));
+}
+
+/// Forks a child that keeps `keep` (and drops the rest it inherited), waits to be killed.
+fn child_holding(keep: impl FnOnce() -> Box<dyn std::any::Any>) -> libc::pid_t {
+    // SAFETY: fork in a process whose other threads (the test harness's) the child never
+    // touches: the child only drops pipe ends, sleeps and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let _held = keep();
+        loop {
+            // SAFETY: pause has no preconditions; the parent kills us.
+            unsafe { libc::pause() };
+        }
+    }
+    pid
+}
+
+fn kill(pid: libc::pid_t) {
+    // SAFETY: plain syscalls on our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+#[test]
+fn killed_writer_process_is_end_of_file() {
+    let (w, r) = pagepipe::pipe().unwrap();
+    let pid = child_holding(move || Box::new(w)); // the parent's copy goes with the closure
+    runtime().block_on(bounded(async {
+        let mut r = AsyncReader::new(r).unwrap();
+        // The reader first sees a live writer, then the writer is killed (no close counted).
+        let first = tokio::time::timeout(Duration::from_millis(50), r.read(&mut [0u8; 8])).await;
+        assert!(first.is_err(), "read before the kill must wait");
+        kill(pid);
+        assert_eq!(r.read(&mut [0u8; 8]).await.unwrap(), 0);
+    }));
+}
+
+#[test]
+fn killed_reader_process_is_broken_pipe() {
+    let (w, r) = pagepipe::Builder::new().capacity(4096).build().unwrap();
+    let pid = child_holding(move || Box::new(r));
+    runtime().block_on(bounded(async {
+        let mut w = AsyncWriter::new(w).unwrap();
+        w.write_all(&[0u8; 4096]).await.unwrap();
+        let full = tokio::time::timeout(Duration::from_millis(50), w.write_all(b"x")).await;
+        assert!(full.is_err(), "a full pipe must wait");
+        kill(pid);
+        let err = w.write_all(b"y").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }));
+}
