@@ -26,7 +26,7 @@ pub(crate) const WAITERS: u64 = 1 << 31;
 /// The thread id bits of a lock word.
 const TID_MASK: u64 = WAITERS - 1;
 /// How long a taker sleeps before it checks that the holder is alive.
-pub(crate) const TICK: Duration = Duration::from_millis(20);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 
 const _: () = assert!(
     cfg!(target_endian = "little"),
@@ -177,12 +177,15 @@ impl SideLock {
         }
     }
 
-    /// Releases the lock, waking sleeping takers if any registered.
+    /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker
+    /// that slept takes the lock with [`WAITERS`] set, so its own release wakes the next; a
+    /// woken taker that died meanwhile delays the others by at most a [`TICK`] (their sleeps
+    /// are bounded). Waking all would make every writer of a busy pipe contend at each release.
     pub(crate) fn unlock(&self) {
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
         let old = self.word.swap(0, Ordering::Release);
         if old & WAITERS != 0 {
-            self.wake_all();
+            self.wake_one();
         }
     }
 
@@ -193,8 +196,8 @@ impl SideLock {
     }
 
     #[cfg(not(loom))]
-    fn wake_all(&self) {
-        crate::sys::futex_wake_shared(self.word.as_ptr().cast());
+    fn wake_one(&self) {
+        crate::sys::futex_wake_one_shared(self.word.as_ptr().cast());
     }
 
     #[cfg(loom)]
@@ -208,16 +211,16 @@ impl SideLock {
     }
 
     #[cfg(loom)]
-    fn wake_all(&self) {
+    fn wake_one(&self) {
         let _guard = self.sleep.lock().unwrap();
-        self.cv.notify_all();
+        self.cv.notify_one();
     }
 }
 
 /// Spins before a taker sleeps (or, non-blocking, checks the holder and gives up): a side is
 /// held for a copy of at most a few pages.
 #[cfg(not(loom))]
-const SPINS: u32 = 1 << 6;
+const SPINS: u32 = 100;
 #[cfg(loom)]
 const SPINS: u32 = 0;
 

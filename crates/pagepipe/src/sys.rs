@@ -204,9 +204,18 @@ pub(crate) fn futex_wait_shared(
 
 /// Wakes every thread of any process sleeping on `word` (`futex(2)`, shared `FUTEX_WAKE`).
 pub(crate) fn futex_wake_shared(word: *const u32) {
+    futex_wake_n(word, i32::MAX);
+}
+
+/// Wakes one thread of any process sleeping on `word` (shared `FUTEX_WAKE` of 1).
+pub(crate) fn futex_wake_one_shared(word: *const u32) {
+    futex_wake_n(word, 1);
+}
+
+fn futex_wake_n(word: *const u32, n: i32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key; it reads no memory we own.
     unsafe {
-        libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX);
+        libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, n);
     }
 }
 
