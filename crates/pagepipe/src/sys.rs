@@ -351,6 +351,25 @@ pub(crate) fn set_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
 }
 
+/// A zeroed, aligned control buffer with room for one `SCM_RIGHTS` header and `fds`
+/// descriptors (`CMSG_SPACE`).
+fn control_buffer(fds: usize) -> Vec<u64> {
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    let space = unsafe { libc::CMSG_SPACE((fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    vec![0u64; space.div_ceil(8)]
+}
+
+/// A `msghdr` for one buffer (`iov`) and a control buffer; both must outlive its use.
+fn msghdr(iov: &mut libc::iovec, control: &mut [u64]) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid value; the pointers are filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(control) as _;
+    msg
+}
+
 /// Sends `payload` with the descriptors `fds` attached (`sendmsg(2)`, `SCM_RIGHTS`).
 pub(crate) fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
@@ -358,15 +377,8 @@ pub(crate) fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[RawFd]) -> i
         iov_len: payload.len(),
     };
     let fd_bytes = std::mem::size_of_val(fds);
-    // SAFETY: CMSG_SPACE is pure arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is a valid value; the pointers are filled in below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control = control_buffer(fds.len());
+    let msg = msghdr(&mut iov, &mut control);
     // SAFETY: `msg` describes `control`, which has room for one header and `fds` (CMSG_SPACE);
     // CMSG_FIRSTHDR of such a buffer is non-null and CMSG_DATA points inside it.
     unsafe {
@@ -408,16 +420,8 @@ pub(crate) fn recv_fds(
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // SAFETY: CMSG_SPACE is pure arithmetic.
-    let space =
-        unsafe { libc::CMSG_SPACE((max_fds * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is a valid value; the pointers are filled in below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control = control_buffer(max_fds);
+    let mut msg = msghdr(&mut iov, &mut control);
     let n = loop {
         // SAFETY: `msg` describes `buf` and `control`, both writable for the call.
         let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };

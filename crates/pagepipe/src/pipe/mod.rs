@@ -1,7 +1,7 @@
 //! The pipe: a ring of page slots in a shared region, a writing side and a reading side.
 //!
 //! Concurrency shape (one code path for threads and processes):
-//! - Writers take the write side (a [`SideLock`] in the region, one writer at a time), readers
+//! - Writers take the write side (a [`crate::lock::SideLock`] in the region, one writer at a time), readers
 //!   the read side; the two sides run at the same time and meet only through the `head` and
 //!   `tail` words and the slot states, as a single-producer single-consumer ring.
 //! - A side reads the other side's index only when its own view says full (or empty).
