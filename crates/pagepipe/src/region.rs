@@ -25,7 +25,7 @@ use std::ptr::NonNull;
 /// `b"PAGEPIPE"` read as a little-endian u64: the first word of every region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PAGEPIPE");
 /// The region layout's version; a region of another version is refused.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// Bytes reserved for the header at the start of a region.
 pub(crate) const HEADER_SIZE: usize = PAGE_SIZE;
 
@@ -42,6 +42,27 @@ pub(crate) struct IndexLine {
     pub(crate) word: AtomicU64,
     /// Bytes ever published (head) or consumed (tail): `Reader::len` is their difference.
     pub(crate) bytes: ColdU64,
+}
+
+/// One side's lock and the private state its holders pass on, on one line of their own: every
+/// operation writes the state, so it must not share a line with anything the other side reads.
+#[repr(C)]
+pub(crate) struct Side {
+    pub(crate) lock: SideLock,
+    /// Read and written only by the lock's holder (the lock orders it): `[head, cached tail]`
+    /// of the write side, `[tail, cached head]` of the read side. A holder that takes the side
+    /// over from a dead one reloads it from the index words.
+    pub(crate) state: [ColdU64; 2],
+}
+
+impl Side {
+    #[cfg(loom)]
+    fn new() -> Side {
+        Side {
+            lock: SideLock::new(),
+            state: [ColdU64::new(0), ColdU64::new(0)],
+        }
+    }
 }
 
 /// The region's header. Field order is the layout; `const` asserts below pin every offset.
@@ -65,9 +86,9 @@ pub(crate) struct Header {
     /// Writers sleep here; bumped when room appears or the last reader of a process goes.
     pub(crate) writable: Padded<Futex>,
     /// The write side: one writer at a time moves head.
-    pub(crate) write_lock: Padded<SideLock>,
+    pub(crate) write_side: Padded<Side>,
     /// The read side: one reader at a time moves tail.
-    pub(crate) read_lock: Padded<SideLock>,
+    pub(crate) read_side: Padded<Side>,
     // Cold words.
     /// Slots in the ring: a power of two, at most `max_ring`. Changes only with both sides held.
     pub(crate) ring_size: ColdU32,
@@ -89,10 +110,6 @@ pub(crate) struct Header {
     /// Whether the readable pipe ([`R`]) and the full pipe ([`W`]) hold their one byte; written
     /// under `sig_lock`.
     pub(crate) charged: [ColdU32; 2],
-    /// Each side's private state, read and written only by that side's lock holder (the lock
-    /// orders it): `[head, cached tail]` of the write side, `[tail, cached head]` of the read
-    /// side. A holder that takes a side over from a dead one reloads it from the index words.
-    pub(crate) side_state: [[ColdU64; 2]; 2],
     /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -111,13 +128,13 @@ const _: () = {
     assert!(offset_of!(Header, tail) == 256);
     assert!(offset_of!(Header, readable) == 384);
     assert!(offset_of!(Header, writable) == 512);
-    assert!(offset_of!(Header, write_lock) == 640);
-    assert!(offset_of!(Header, read_lock) == 768);
+    assert!(offset_of!(Header, write_side) == 640);
+    assert!(offset_of!(Header, read_side) == 768);
+    assert!(offset_of!(Side, state) == 8);
     assert!(offset_of!(Header, ring_size) == 896);
     assert!(offset_of!(Header, sig_lock) == 1024);
     assert!(offset_of!(Header, polled) == 1152);
-    assert!(offset_of!(Header, side_state) == 1168);
-    assert!(offset_of!(Header, closes) == 1200);
+    assert!(offset_of!(Header, closes) == 1168);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(align_of::<Header>() <= PAGE_SIZE);
     assert!(size_of::<Slot>() == 64);
@@ -291,8 +308,8 @@ impl Region {
             }),
             readable: Padded(Futex::new()),
             writable: Padded(Futex::new()),
-            write_lock: Padded(SideLock::new()),
-            read_lock: Padded(SideLock::new()),
+            write_side: Padded(Side::new()),
+            read_side: Padded(Side::new()),
             ring_size: ColdU32::new(0),
             max_usage: ColdU32::new(0),
             dropped: ColdU64::new(0),
@@ -301,10 +318,6 @@ impl Region {
             sig_lock: Padded(SideLock::new()),
             polled: [ColdU32::new(0), ColdU32::new(0)],
             charged: [ColdU32::new(0), ColdU32::new(0)],
-            side_state: [
-                [ColdU64::new(0), ColdU64::new(0)],
-                [ColdU64::new(0), ColdU64::new(0)],
-            ],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
         });
         let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();

@@ -261,6 +261,12 @@ fn consume(
                 break;
             }
         }
+        // The slot's line and its data's first line travel together (and the next slot's
+        // while this one is copied), rather than one miss after another.
+        ring.prefetch(tail);
+        if tail + 1 != head {
+            ring.prefetch(tail + 1);
+        }
         let (pos, slot) = ring.slot(tail);
         let (start, end, st) = match slot_range(slot, tail, ring) {
             Ok(r) => r,

@@ -206,6 +206,8 @@ impl Writer {
         let sh = self.shared();
         let deadline = sh.deadline(W);
         let prefilled = sh.prefill(total);
+        // The slots merge and fill will touch travel while we take the lock.
+        sh.prefetch(W);
         let mut ws = sh.lock_write(sh.lock_wait(nonblocking, deadline))?;
         sh.adopt_prefill(&ws, prefilled);
         let mut done = merge(sh, &ws, src)?;
@@ -380,6 +382,9 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
             }
         }
         let n = src.len().min(ring.slot_size());
+        if n < src.len() {
+            ring.prefetch(head + 1); // overlaps with this slot's copy
+        }
         // SAFETY: the position at `head` is free (head - tail < limit), so its page is ours
         // until published; n <= slot_size keeps the copy inside it.
         unsafe { stage(sh, ring, head, Some(&mut *src), n) };
