@@ -3,7 +3,7 @@
 //! by side; and the CPU of a reader blocked on an empty pipe (`idle`).
 
 use crate::child::{spawn, Between, Flags, Meter};
-use crate::common::{Histogram, Record, Usage};
+use crate::common::{core_rtt_ns, Histogram, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
 use crate::pipe_bench::CHILD_GRACE;
 use crate::transport::{self, parse_pool, PipeConfig, Transport, W};
@@ -62,6 +62,8 @@ pub fn bw_once(
     duration: Duration,
     between: Between,
 ) -> io::Result<Record> {
+    check_between(t, between)?;
+    let core_rtt = core_rtt_ns(Duration::from_millis(20));
     let (mut ws, mut rs) = transport::open(t, cfg, 1, 1)?;
     let w = ws.pop().expect("one writer");
     let flags = Flags::new()?;
@@ -95,13 +97,25 @@ pub fn bw_once(
         .config("between", between.name())
         .config("size", size)
         .config("pipe_size", cfg.pipe_size);
-    if t == Transport::Pagepipe {
+    if t.is_pagepipe() {
         rec = rec.config("slot_size", cfg.slot_size);
     }
     rec.metric("mbps", bytes as f64 / secs / 1e6);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
+    rec.metric("core_rtt_ns", core_rtt);
     Ok(rec)
+}
+
+/// Refuses a transport that cannot connect a forked child (it would wait forever).
+fn check_between(t: Transport, between: Between) -> io::Result<()> {
+    if t.works_between(between) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{} runs between threads only", t.name()),
+    ))
 }
 
 /// bw's writer: writes until told to stop or the reader hangs up; returns its usage over the
@@ -134,6 +148,7 @@ pub fn reader_hung_up(e: &io::Error) -> bool {
 /// One lat run: 1-byte ping-pong between this thread and an echo thread or child process over
 /// two channels.
 pub fn lat_once(t: Transport, duration: Duration, between: Between) -> io::Result<Run> {
+    check_between(t, between)?;
     let cfg = PipeConfig::default();
     let (mut w1, mut r1) = transport::open(t, &cfg, 1, 1)?;
     let (mut w2, mut r2) = transport::open(t, &cfg, 1, 1)?;
@@ -183,6 +198,7 @@ pub fn lat_once(t: Transport, duration: Duration, between: Between) -> io::Resul
 /// CPU used by a reader blocked on an empty pipe for `wait`, as a percentage of one core: a
 /// reader thread's own `RUSAGE_THREAD`, or a reader process's whole `RUSAGE_SELF`.
 pub fn idle_once(t: Transport, wait: Duration, between: Between) -> io::Result<Record> {
+    check_between(t, between)?;
     let (mut ws, mut rs) = transport::open(t, &PipeConfig::default(), 1, 1)?;
     let mut r = rs.pop().expect("one reader");
     let reader = move || -> io::Result<f64> {
@@ -249,8 +265,9 @@ pub fn run_bw(a: &BwArgs, opts: &RunArgs) -> io::Result<()> {
     let mut harness = Harness::new(opts, "bw", RECOMMENDED_RUNS)?;
     let title = format!("bw {} KiB", a.size / 1024);
     for &between in &a.between {
-        harness.run(bw_case(&a.transport, &between.title(&title)), |i| {
-            bw_once(a.transport[i], &cfg, a.size, d, between).map(Run::from)
+        let ts = transport::usable(&a.transport, between);
+        harness.run(bw_case(&ts, &between.title(&title)), |i| {
+            bw_once(ts[i], &cfg, a.size, d, between).map(Run::from)
         })?;
     }
     harness.finish(&format!(
@@ -267,8 +284,9 @@ pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
     let mut harness = Harness::new(opts, "lat", RECOMMENDED_RUNS)?;
     for &between in &a.between {
-        harness.run(lat_case(&a.transport, &between.title("lat 1 B")), |i| {
-            lat_once(a.transport[i], d, between)
+        let ts = transport::usable(&a.transport, between);
+        harness.run(lat_case(&ts, &between.title("lat 1 B")), |i| {
+            lat_once(ts[i], d, between)
         })?;
     }
     harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
@@ -310,6 +328,23 @@ mod tests {
         if cfg!(feature = "iceoryx2") {
             all.extend([Transport::Iceoryx2, Transport::Iceoryx2Spin]);
         }
+        for t in [Transport::Rtrb, Transport::PagepipeChunk] {
+            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Threads);
+            let bw = bw.unwrap();
+            assert!(bw.get("mbps").unwrap() > 0.0, "{t:?}");
+            assert!(bw.get("core_rtt_ns").unwrap() > 0.0, "{t:?}");
+            let lat = lat_once(t, short, Between::Threads).unwrap();
+            assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
+        }
+        let e = bw_once(
+            Transport::Rtrb,
+            &PipeConfig::default(),
+            65536,
+            short,
+            Between::Processes,
+        );
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::Unsupported);
+        all.push(Transport::PagepipeChunk);
         for t in all {
             let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Processes);
             assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
@@ -317,7 +352,10 @@ mod tests {
             assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
             let idle = idle_once(t, short, Between::Processes).unwrap();
             assert_eq!(idle.config["between"], "processes");
-            if matches!(t, Transport::Iceoryx2 | Transport::Iceoryx2Spin) {
+            if matches!(
+                t,
+                Transport::Iceoryx2 | Transport::Iceoryx2Spin | Transport::PagepipeChunk
+            ) {
                 continue; // one writer and one reader only
             }
             let v = crate::pipe_bench::Variant {

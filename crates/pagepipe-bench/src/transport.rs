@@ -1,5 +1,6 @@
-//! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, pagepipe,
-//! and with `--features iceoryx2`, iceoryx2.
+//! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, pagepipe
+//! (through `read`/`write`, or in place through its chunk API), rtrb (a spinning byte ring,
+//! threads only), and with `--features iceoryx2`, iceoryx2.
 
 use pagepipe::PoolPolicy;
 use std::fs::File;
@@ -15,6 +16,13 @@ pub enum Transport {
     Unix,
     /// pagepipe.
     Pagepipe,
+    /// pagepipe through its zero-copy chunk API, no user buffer: the writer fills
+    /// `write_chunk` pages in place (a memset), the reader touches one byte per slice of
+    /// `read_chunk` and consumes (`bw` only: one pass over the data where the others make two).
+    PagepipeChunk,
+    /// rtrb, a lock-free single-producer single-consumer byte ring, both sides spinning
+    /// (`push_partial_slice` / `pop_partial_slice`); threads only, one writer and one reader.
+    Rtrb,
     /// iceoryx2 publish-subscribe, the reader sleeping on an event (`--features iceoryx2`;
     /// one writer, one reader).
     Iceoryx2,
@@ -28,10 +36,39 @@ impl Transport {
             Transport::Kernel => "kernel",
             Transport::Unix => "unix",
             Transport::Pagepipe => "pagepipe",
+            Transport::PagepipeChunk => "pagepipe-chunk",
+            Transport::Rtrb => "rtrb",
             Transport::Iceoryx2 => "iceoryx2",
             Transport::Iceoryx2Spin => "iceoryx2-spin",
         }
     }
+}
+
+impl Transport {
+    /// Whether the transport can connect a forked child: rtrb lives on the heap, which a
+    /// child gets a disconnected copy of.
+    pub fn works_between(self, between: crate::child::Between) -> bool {
+        self != Transport::Rtrb || between == crate::child::Between::Threads
+    }
+
+    /// Whether the transport is a pagepipe (slot size and pool apply).
+    pub fn is_pagepipe(self) -> bool {
+        matches!(self, Transport::Pagepipe | Transport::PagepipeChunk)
+    }
+}
+
+/// The transports of `ts` that work `between`; tells on stderr which it leaves out.
+pub fn usable(ts: &[Transport], between: crate::child::Between) -> Vec<Transport> {
+    let (ok, no): (Vec<Transport>, Vec<Transport>) =
+        ts.iter().partition(|t| t.works_between(between));
+    for t in no {
+        eprintln!(
+            "note: {} runs between threads only; left out of {}",
+            t.name(),
+            between.name()
+        );
+    }
+    ok
 }
 
 /// How to build a pipe (ignored where a transport has no such knob).
@@ -90,6 +127,26 @@ pub fn open(
             let rs = (0..readers).map(|_| Box::new(r.clone()) as R).collect();
             Ok((ws, rs))
         }
+        Transport::PagepipeChunk => {
+            one_each(t, writers, readers)?;
+            let (w, r) = pagepipe::Builder::new()
+                .capacity(cfg.pipe_size)
+                .pool(cfg.pool)
+                .slot_size(cfg.slot_size)
+                .build()?;
+            Ok((
+                vec![Box::new(ChunkWriter(w)) as W],
+                vec![Box::new(ChunkReader(r)) as R],
+            ))
+        }
+        Transport::Rtrb => {
+            one_each(t, writers, readers)?;
+            let (p, c) = rtrb::RingBuffer::<u8>::new(cfg.pipe_size);
+            Ok((
+                vec![Box::new(SpinWriter(p)) as W],
+                vec![Box::new(SpinReader(c)) as R],
+            ))
+        }
         Transport::Iceoryx2 | Transport::Iceoryx2Spin => {
             iceoryx2(t == Transport::Iceoryx2Spin, cfg, writers, readers)
         }
@@ -104,12 +161,7 @@ fn iceoryx2(
     writers: usize,
     readers: usize,
 ) -> io::Result<(Vec<W>, Vec<R>)> {
-    if (writers, readers) != (1, 1) {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("iceoryx2 takes one writer and one reader, not {writers} and {readers}"),
-        ));
-    }
+    one_each(Transport::Iceoryx2, writers, readers)?;
     #[cfg(feature = "iceoryx2")]
     {
         let (w, r) = crate::iox::channel(cfg.pipe_size, spin);
@@ -122,6 +174,103 @@ fn iceoryx2(
             io::ErrorKind::Unsupported,
             "built without iceoryx2 (cargo build --features iceoryx2)",
         ))
+    }
+}
+
+/// Transports whose ends cannot be shared take one writer and one reader.
+fn one_each(t: Transport, writers: usize, readers: usize) -> io::Result<()> {
+    if (writers, readers) == (1, 1) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "{} takes one writer and one reader, not {writers} and {readers}",
+            t.name()
+        ),
+    ))
+}
+
+/// pagepipe's `vmsplice`: fills free ring pages in place (a memset of `buf.len()` bytes at
+/// most; `buf`'s bytes are not copied), then commits them.
+struct ChunkWriter(pagepipe::Writer);
+
+impl Write for ChunkWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut chunk = self.0.write_chunk()?;
+        let n = buf.len().min(chunk.len());
+        let (a, b) = chunk.as_mut_slices();
+        let na = n.min(a.len());
+        a[..na].fill(0x5a);
+        b[..n - na].fill(0x5a);
+        Ok(chunk.commit(n))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads in place: touches one byte of every slice of a `read_chunk` (so every page is
+/// looked at) and consumes up to `buf.len()` bytes without copying them into `buf`.
+struct ChunkReader(pagepipe::Reader);
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let chunk = self.0.read_chunk()?;
+        let mut n = 0;
+        for s in chunk.slices() {
+            if n == buf.len() {
+                break;
+            }
+            std::hint::black_box(s[0]);
+            n += s.len().min(buf.len() - n);
+        }
+        chunk.consume(n);
+        Ok(n)
+    }
+}
+
+/// rtrb's producer as a blocking writer: spins (no sleeping, no yielding) while the ring is
+/// full; `BrokenPipe` once the consumer is dropped.
+struct SpinWriter(rtrb::Producer<u8>);
+
+impl Write for SpinWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.0.is_abandoned() {
+                        return Err(io::ErrorKind::BrokenPipe.into());
+                    }
+                    std::hint::spin_loop();
+                }
+                r => return r,
+            }
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// rtrb's consumer as a blocking reader: spins while the ring is empty; end of file once the
+/// producer is dropped and the ring drained.
+struct SpinReader(rtrb::Consumer<u8>);
+
+impl Read for SpinReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.0.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Abandoned, then empty once more: nothing can arrive any more.
+                    if self.0.is_abandoned() && self.0.is_empty() {
+                        return Ok(0);
+                    }
+                    std::hint::spin_loop();
+                }
+                r => return r,
+            }
+        }
     }
 }
 
