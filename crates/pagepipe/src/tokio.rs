@@ -2,6 +2,13 @@
 //! [`AsyncRead`] and [`AsyncWrite`] over a pipe end's readiness descriptor (see [`Reader`]'s
 //! `AsFd`), registered with tokio's reactor through [`AsyncFd`].
 //!
+//! Before an adapter returns `Pending` it spins a little, adaptively, watching the ring (no
+//! syscall): a peer that answers within microseconds (a ping-pong, a stream whose other side
+//! is running) is seen without the reactor's round trip through `epoll_wait` and a sleeping
+//! core's wake-up. The budget grows while spins succeed and collapses when they fail, so an
+//! idle pipe, or a peer that needs this very worker to run, costs (almost) no spinning; see
+//! [`AsyncReader::set_spin`].
+//!
 //! They never change an end's shared non-blocking mode (other holders, in this process or
 //! another, may block on the same end): they read and write with [`Reader::try_read`] and
 //! [`Writer::try_write`], and wait for readiness in the reactor. Each adapter registers its own
@@ -38,7 +45,95 @@ use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+/// Default ceiling of an adapter's spin before `Pending` (see [`AsyncReader::set_spin`]):
+/// about one wake-up of an idle core on a VM, where a kernel pipe's round trip costs ~50 µs.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// An adapter's adaptive spin: how long to watch the ring before giving up and waiting in
+/// the reactor. Doubles (from a floor) after a spin that saw the ring become ready, quarters
+/// after one that did not; at zero, every 16th wait still probes with the floor, so a
+/// pattern that changes is found again. Atomics (all Relaxed: advisory numbers, ordering
+/// nothing) only to keep the adapters `Sync`.
+struct Spin {
+    /// Ceiling in nanoseconds; 0 disables spinning.
+    max_ns: AtomicU64,
+    /// The current budget in nanoseconds, at most `max_ns`.
+    budget_ns: AtomicU64,
+    /// Waits since the budget reached zero.
+    idle: AtomicU32,
+}
+
+/// The smallest spin, and the probe at zero budget.
+const SPIN_FLOOR_NS: u64 = 2_000;
+
+impl Spin {
+    fn new(max: Option<Duration>) -> Spin {
+        let s = Spin {
+            max_ns: AtomicU64::new(0),
+            budget_ns: AtomicU64::new(0),
+            idle: AtomicU32::new(0),
+        };
+        s.set_max(max);
+        s
+    }
+
+    fn set_max(&self, max: Option<Duration>) {
+        let ns = max.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.max_ns.store(ns, Relaxed);
+        self.budget_ns.store(ns, Relaxed);
+        self.idle.store(0, Relaxed);
+    }
+
+    fn max(&self) -> Option<Duration> {
+        match self.max_ns.load(Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Spins while `ready` is false, within the budget; whether it became true. Adapts the
+    /// budget to the outcome.
+    fn until(&self, ready: impl Fn() -> bool) -> bool {
+        let max = self.max_ns.load(Relaxed);
+        if max == 0 {
+            return false;
+        }
+        let mut budget = self.budget_ns.load(Relaxed);
+        if budget == 0 {
+            let idle = self.idle.load(Relaxed) + 1;
+            self.idle.store(idle % 16, Relaxed);
+            if idle < 16 {
+                return false;
+            }
+            budget = SPIN_FLOOR_NS.min(max);
+        }
+        let t0 = Instant::now();
+        let won = 'spin: loop {
+            for _ in 0..32 {
+                if ready() {
+                    break 'spin true;
+                }
+                std::hint::spin_loop();
+            }
+            if t0.elapsed().as_nanos() as u64 >= budget {
+                break false;
+            }
+        };
+        let next = if won {
+            (budget * 2).clamp(SPIN_FLOOR_NS, max)
+        } else if budget / 4 < SPIN_FLOOR_NS {
+            0
+        } else {
+            budget / 4
+        };
+        self.budget_ns.store(next, Relaxed);
+        won
+    }
+}
 
 /// An end and the duplicate of its descriptor that the reactor watches.
 struct Registered<T> {
@@ -71,6 +166,7 @@ fn register<T: AsFd>(end: T, interest: Interest) -> io::Result<AsyncFd<Registere
 /// enabled.
 pub struct AsyncReader {
     inner: AsyncFd<Registered<Reader>>,
+    spin: Spin,
 }
 
 impl AsyncReader {
@@ -82,7 +178,33 @@ impl AsyncReader {
     pub fn new(reader: Reader) -> io::Result<AsyncReader> {
         Ok(AsyncReader {
             inner: register(reader, Interest::READABLE)?,
+            spin: Spin::new(Some(DEFAULT_SPIN)),
         })
+    }
+
+    /// Sets the ceiling of the adaptive spin before `Pending` ([`DEFAULT_SPIN`] unless set);
+    /// `None` never spins: every wait goes through the reactor. The spin holds this task's
+    /// worker thread for at most the ceiling, and only while recent spins paid off.
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    /// # rt.block_on(async {
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// let mut r = pagepipe::tokio::AsyncReader::new(r)?;
+    /// r.set_spin(None); // a pipe that is usually idle: never spin
+    /// assert_eq!(r.spin(), None);
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
+    pub fn set_spin(&mut self, max: Option<Duration>) {
+        self.spin.set_max(max);
+    }
+
+    /// The spin ceiling set by [`AsyncReader::set_spin`].
+    pub fn spin(&self) -> Option<Duration> {
+        self.spin.max()
     }
 
     /// The reader, for use outside the runtime (its registration is dropped).
@@ -127,6 +249,9 @@ impl AsyncRead for AsyncReader {
                         // is empty: end of file.
                         return Poll::Ready(Ok(()));
                     }
+                    if self.spin.until(|| !reader.is_empty()) {
+                        continue; // data came while we watched: no trip through the reactor
+                    }
                     // Clears only what this guard saw: an edge that came meanwhile stays.
                     guard.clear_ready();
                 }
@@ -144,6 +269,7 @@ impl AsyncRead for AsyncReader {
 /// reader sees end of file when the last writer is dropped.
 pub struct AsyncWriter {
     inner: AsyncFd<Registered<Writer>>,
+    spin: Spin,
 }
 
 impl AsyncWriter {
@@ -154,7 +280,18 @@ impl AsyncWriter {
     pub fn new(writer: Writer) -> io::Result<AsyncWriter> {
         Ok(AsyncWriter {
             inner: register(writer, Interest::WRITABLE)?,
+            spin: Spin::new(Some(DEFAULT_SPIN)),
         })
+    }
+
+    /// Sets the ceiling of the adaptive spin before `Pending`; see [`AsyncReader::set_spin`].
+    pub fn set_spin(&mut self, max: Option<Duration>) {
+        self.spin.set_max(max);
+    }
+
+    /// The spin ceiling set by [`AsyncWriter::set_spin`].
+    pub fn spin(&self) -> Option<Duration> {
+        self.spin.max()
     }
 
     /// The writer, for use outside the runtime (its registration is dropped).
@@ -189,6 +326,9 @@ impl AsyncWriter {
                         // writable, so no edge will come; try again after other tasks ran.
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
+                    }
+                    if self.spin.until(|| writer.free() > 0) {
+                        continue; // room came while we watched: no trip through the reactor
                     }
                     guard.clear_ready();
                 }
@@ -231,5 +371,42 @@ impl AsyncWrite for AsyncWriter {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_budget_grows_on_success_collapses_on_failure_and_probes_at_zero() {
+        let s = Spin::new(Some(Duration::from_micros(100)));
+        assert!(s.until(|| true));
+        assert_eq!(s.budget_ns.load(Relaxed), 100_000, "capped at the ceiling");
+        assert!(!s.until(|| false));
+        assert_eq!(s.budget_ns.load(Relaxed), 25_000);
+        assert!(!s.until(|| false));
+        assert_eq!(s.budget_ns.load(Relaxed), 6_250);
+        assert!(!s.until(|| false));
+        assert_eq!(s.budget_ns.load(Relaxed), 0, "below the floor: off");
+        // Off: 15 waits do not even look, the 16th probes with the floor.
+        let looked = std::sync::atomic::AtomicU32::new(0);
+        let probe = || {
+            looked.fetch_add(1, Relaxed);
+            true
+        };
+        for _ in 0..15 {
+            assert!(!s.until(probe));
+        }
+        assert_eq!(looked.load(Relaxed), 0);
+        assert!(s.until(probe));
+        assert_eq!(
+            s.budget_ns.load(Relaxed),
+            2 * SPIN_FLOOR_NS,
+            "a won probe grows it"
+        );
+        s.set_max(None);
+        assert!(!s.until(|| true), "no ceiling: never spins");
+        assert_eq!(s.max(), None);
     }
 }
