@@ -23,6 +23,9 @@ pub enum AsyncTransport {
     TokioPipe,
     /// `pagepipe::tokio::{AsyncReader, AsyncWriter}` on a default pagepipe (64 KiB).
     Pagepipe,
+    /// The same with the adapters' adaptive spin turned off (`set_spin(None)`): every wait
+    /// goes through the reactor.
+    PagepipeNospin,
 }
 
 impl AsyncTransport {
@@ -30,6 +33,7 @@ impl AsyncTransport {
         match self {
             AsyncTransport::TokioPipe => "tokio-pipe",
             AsyncTransport::Pagepipe => "pagepipe",
+            AsyncTransport::PagepipeNospin => "pagepipe-nospin",
         }
     }
 }
@@ -67,8 +71,9 @@ pub struct Args {
 /// One end of a channel, before it joins a runtime (it may cross a fork first).
 enum End {
     Kernel(OwnedFd),
-    PageWriter(pagepipe::Writer),
-    PageReader(pagepipe::Reader),
+    /// A pagepipe end, and whether its adapter spins before waiting.
+    PageWriter(pagepipe::Writer, bool),
+    PageReader(pagepipe::Reader, bool),
 }
 
 type AsyncW = Box<dyn AsyncWrite + Unpin + Send>;
@@ -79,8 +84,14 @@ impl End {
     fn writer(self) -> io::Result<AsyncW> {
         Ok(match self {
             End::Kernel(fd) => Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?),
-            End::PageWriter(w) => Box::new(pagepipe::tokio::AsyncWriter::new(w)?),
-            End::PageReader(_) => unreachable!("a read end as writer"),
+            End::PageWriter(w, spin) => {
+                let mut w = pagepipe::tokio::AsyncWriter::new(w)?;
+                if !spin {
+                    w.set_spin(None);
+                }
+                Box::new(w)
+            }
+            End::PageReader(..) => unreachable!("a read end as writer"),
         })
     }
 
@@ -88,8 +99,14 @@ impl End {
     fn reader(self) -> io::Result<AsyncR> {
         Ok(match self {
             End::Kernel(fd) => Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?),
-            End::PageReader(r) => Box::new(pagepipe::tokio::AsyncReader::new(r)?),
-            End::PageWriter(_) => unreachable!("a write end as reader"),
+            End::PageReader(r, spin) => {
+                let mut r = pagepipe::tokio::AsyncReader::new(r)?;
+                if !spin {
+                    r.set_spin(None);
+                }
+                Box::new(r)
+            }
+            End::PageWriter(..) => unreachable!("a write end as reader"),
         })
     }
 }
@@ -107,9 +124,10 @@ fn channel(t: AsyncTransport) -> io::Result<(End, End)> {
             let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
             Ok((End::Kernel(w), End::Kernel(r)))
         }
-        AsyncTransport::Pagepipe => {
+        AsyncTransport::Pagepipe | AsyncTransport::PagepipeNospin => {
+            let spin = t == AsyncTransport::Pagepipe;
             let (w, r) = pagepipe::pipe()?;
-            Ok((End::PageWriter(w), End::PageReader(r)))
+            Ok((End::PageWriter(w, spin), End::PageReader(r, spin)))
         }
     }
 }
@@ -327,7 +345,11 @@ mod tests {
     fn both_transports_run_between_tasks_and_processes() {
         let _serial = crate::child::tests::serial();
         let short = Duration::from_millis(30);
-        for t in [AsyncTransport::TokioPipe, AsyncTransport::Pagepipe] {
+        for t in [
+            AsyncTransport::TokioPipe,
+            AsyncTransport::Pagepipe,
+            AsyncTransport::PagepipeNospin,
+        ] {
             for between in [Between::Threads, Between::Processes] {
                 let bw = bw_once(t, 65536, short, between).unwrap();
                 assert!(bw.get("mbps").unwrap() > 0.0, "{t:?} {between:?}");

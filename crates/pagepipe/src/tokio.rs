@@ -50,12 +50,12 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Default ceiling of an adapter's spin before `Pending` (see [`AsyncReader::set_spin`]):
-/// about one wake-up of an idle core on a VM, where a kernel pipe's round trip costs ~50 µs.
+/// a few wake-ups of an idle core on a VM, where a kernel pipe's round trip costs ~50 µs.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
 /// An adapter's adaptive spin: how long to watch the ring before giving up and waiting in
 /// the reactor. Doubles (from a floor) after a spin that saw the ring become ready, quarters
-/// after one that did not; at zero, every 16th wait still probes with the floor, so a
+/// after one that did not; at zero, every 16th wait still probes for the whole ceiling, so a
 /// pattern that changes is found again. Atomics (all Relaxed: advisory numbers, ordering
 /// nothing) only to keep the adapters `Sync`.
 struct Spin {
@@ -65,6 +65,14 @@ struct Spin {
     budget_ns: AtomicU64,
     /// Waits since the budget reached zero.
     idle: AtomicU32,
+}
+
+/// Whether the other side of `end`'s pipe is held only by other processes: the only case
+/// where the adapters spin. A peer in this process is usually a task of the same runtime, which
+/// may need this very worker to run (spinning there measurably cost bandwidth and tail latency);
+/// a peer process has its own scheduler, and parks in its own reactor when idle.
+fn peer_elsewhere(end: &crate::pipe::End) -> bool {
+    !end.shared.holds(1 - end.side)
 }
 
 /// The smallest spin, and the probe at zero budget.
@@ -109,7 +117,10 @@ impl Spin {
             if idle < 16 {
                 return false;
             }
-            budget = SPIN_FLOOR_NS.min(max);
+            // The probe spans the whole ceiling: a peer parked in its reactor answers only
+            // after its own wake-up, so a short probe could never see two parked sides that
+            // would both spin again find each other.
+            budget = max;
         }
         let t0 = Instant::now();
         let won = 'spin: loop {
@@ -249,7 +260,7 @@ impl AsyncRead for AsyncReader {
                         // is empty: end of file.
                         return Poll::Ready(Ok(()));
                     }
-                    if self.spin.until(|| !reader.is_empty()) {
+                    if peer_elsewhere(&reader.end) && self.spin.until(|| !reader.is_empty()) {
                         continue; // data came while we watched: no trip through the reactor
                     }
                     // Clears only what this guard saw: an edge that came meanwhile stays.
@@ -327,7 +338,7 @@ impl AsyncWriter {
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
-                    if self.spin.until(|| writer.free() > 0) {
+                    if peer_elsewhere(&writer.end) && self.spin.until(|| writer.free() > 0) {
                         continue; // room came while we watched: no trip through the reactor
                     }
                     guard.clear_ready();
@@ -389,7 +400,7 @@ mod tests {
         assert_eq!(s.budget_ns.load(Relaxed), 6_250);
         assert!(!s.until(|| false));
         assert_eq!(s.budget_ns.load(Relaxed), 0, "below the floor: off");
-        // Off: 15 waits do not even look, the 16th probes with the floor.
+        // Off: 15 waits do not even look, the 16th probes (for the whole ceiling).
         let looked = std::sync::atomic::AtomicU32::new(0);
         let probe = || {
             looked.fetch_add(1, Relaxed);
@@ -402,8 +413,8 @@ mod tests {
         assert!(s.until(probe));
         assert_eq!(
             s.budget_ns.load(Relaxed),
-            2 * SPIN_FLOOR_NS,
-            "a won probe grows it"
+            100_000,
+            "a won probe restores the ceiling"
         );
         s.set_max(None);
         assert!(!s.until(|| true), "no ceiling: never spins");

@@ -259,6 +259,17 @@ impl Shared {
         *slot.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(end);
     }
 
+    /// Whether this process holds an end of `side` (a live handle of it, as far as `local`
+    /// knows: an end this process dropped, or never had, is not held).
+    #[cfg(not(loom))]
+    pub(crate) fn holds(&self, side: usize) -> bool {
+        let slot = &self.local[side];
+        slot.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .strong_count()
+            > 0
+    }
+
     /// After a change either side may have to reflect (a resize): syncs the descriptors of
     /// every end this process holds. A side held only by other processes catches up at its
     /// next operation.
@@ -667,7 +678,7 @@ impl Shared {
 pub(crate) struct End {
     pub(crate) shared: Arc<Shared>,
     /// [`W`] or [`R`].
-    side: usize,
+    pub(crate) side: usize,
     /// This process's descriptors of the signal pipes, `[full, readable]` (indexed by [`FULL`]
     /// and [`READABLE`]): their write ends for
     /// [`W`], their read ends for [`R`] (see the module docs). `None` only while dropping.
