@@ -40,6 +40,11 @@ pub(crate) enum Wait {
     Never,
     /// Until the lock is free or its holder is found dead, at most until the deadline if any.
     Until(Option<Instant>),
+    /// Until the lock is free or its holder is found dead, never sleeping: spins and yields,
+    /// asking the OS about the holder now and then. For notification posters, which must not
+    /// sleep and hold the lock only to copy one record (as the kernel's poster spins on its
+    /// queue's spinlock).
+    Spin,
 }
 
 /// How a lock was taken.
@@ -95,6 +100,7 @@ impl SideLock {
         let deadline = match wait {
             Wait::Never => None,
             Wait::Until(d) => d,
+            Wait::Spin => return self.lock_spin(me),
         };
         let mut spins = 0u32;
         let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
@@ -177,6 +183,63 @@ impl SideLock {
         }
     }
 
+    /// [`Wait::Spin`]'s loop: CAS when the word looks free, else spin (yielding the CPU every
+    /// [`SPIN_YIELD`] turns), and every [`SPIN_CHECK`] turns take the lock over if the holder
+    /// the word names is dead.
+    #[cold]
+    fn lock_spin(&self, me: u64) -> io::Result<Taken> {
+        let mut turns = 0u32;
+        loop {
+            let cur = self.word.load(Ordering::Relaxed);
+            if cur & TID_MASK == 0 {
+                // Acquire: as in `lock`.
+                if self
+                    .word
+                    .compare_exchange(cur, me | cur, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(Taken::Clean);
+                }
+                continue;
+            }
+            if cur & TID_MASK == me & TID_MASK {
+                return Err(io::Error::new(
+                    io::ErrorKind::Deadlock,
+                    "this thread already holds the posting side, or the shared region says so",
+                ));
+            }
+            turns = turns.wrapping_add(1);
+            if turns % SPIN_CHECK == 0 && !holder_alive(cur) {
+                // Acquire: as in `lock_slow`'s takeover.
+                if self
+                    .word
+                    .compare_exchange(
+                        cur,
+                        me | (cur & WAITERS),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    return Ok(Taken::FromDead);
+                }
+                continue;
+            }
+            if turns % SPIN_YIELD == 0 {
+                crate::sync::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Whether the lock is held by a thread that no longer exists (a snapshot; never false for
+    /// a live holder).
+    pub(crate) fn holder_dead(&self) -> bool {
+        let cur = self.word.load(Ordering::Relaxed);
+        cur & TID_MASK != 0 && !holder_alive(cur)
+    }
+
     /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker
     /// that slept takes the lock with [`WAITERS`] set, so its own release wakes the next; a
     /// woken taker that died meanwhile delays the others by at most a [`TICK`] (their sleeps
@@ -223,6 +286,16 @@ impl SideLock {
 const SPINS: u32 = 100;
 #[cfg(loom)]
 const SPINS: u32 = 0;
+
+/// [`Wait::Spin`] yields the CPU every this many turns (every turn under loom, which needs a
+/// yield to make progress in a spin loop).
+#[cfg(not(loom))]
+const SPIN_YIELD: u32 = 64;
+#[cfg(loom)]
+const SPIN_YIELD: u32 = 1;
+/// [`Wait::Spin`] asks the OS whether the holder lives every this many turns (a `/proc` read:
+/// rare enough to cost nothing while a live holder copies its record).
+const SPIN_CHECK: u32 = 1 << 12;
 
 /// Whether the thread a lock word names still exists (and is the same thread: same start time).
 #[cfg(not(loom))]
