@@ -45,6 +45,8 @@ pub mod tokio;
 pub use frag::{
     Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
+#[cfg(not(loom))]
+pub use pipe::{splice, tee};
 pub use pipe::{
     Filter, Notification, Notifier, ReadChunk, Reader, WriteChunk, Writer, LOSS_SUBTYPE,
     MAX_CAPACITY, MAX_FILTERS, MAX_PAYLOAD, MAX_RECORDS, META_KIND,

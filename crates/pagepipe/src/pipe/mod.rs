@@ -33,6 +33,8 @@ mod pass;
 mod reader;
 #[cfg(not(loom))]
 mod ready;
+#[cfg(not(loom))]
+pub(crate) mod splice;
 mod writer;
 
 pub(crate) use notify::notes_ok;
@@ -40,6 +42,8 @@ pub use notify::{
     Filter, Notification, Notifier, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD, MAX_RECORDS, META_KIND,
 };
 pub use reader::{ReadChunk, Reader};
+#[cfg(not(loom))]
+pub use splice::{splice, tee};
 pub use writer::{WriteChunk, Writer};
 
 use crate::lock::{self, Taken, TICK};
