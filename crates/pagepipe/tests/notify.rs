@@ -13,6 +13,14 @@ use std::collections::VecDeque;
 use std::io::{ErrorKind, Read};
 use std::time::Duration;
 
+/// Tests run one at a time: a child forked by one test inherits (and holds open) the ends of
+/// another test's pipes, which would keep that test's end of file or `BrokenPipe` from coming.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn note(kind: u32, subtype: u8, payload: &[u8]) -> Notification {
     Notification {
         kind,
@@ -29,6 +37,7 @@ fn errno(e: &std::io::Error) -> Option<i32> {
 
 #[test]
 fn records_are_read_whole_in_linux_layout() {
+    let _serial = serial();
     let (n, mut r) = Builder::new()
         .notifications(5)
         .build_notifications()
@@ -68,6 +77,7 @@ fn records_are_read_whole_in_linux_layout() {
 
 #[test]
 fn a_full_ring_flags_the_last_record_and_the_reader_gets_one_loss_record() {
+    let _serial = serial();
     let (n, mut r) = Builder::new()
         .notifications(2)
         .build_notifications()
@@ -97,6 +107,7 @@ fn a_full_ring_flags_the_last_record_and_the_reader_gets_one_loss_record() {
 
 #[test]
 fn linux_errors_for_data_operations() {
+    let _serial = serial();
     let (n, r) = Builder::new()
         .notifications(4)
         .build_notifications()
@@ -150,6 +161,7 @@ fn linux_errors_for_data_operations() {
 
 #[test]
 fn filters_drop_what_matches_none() {
+    let _serial = serial();
     let (n, mut r) = Builder::new()
         .notifications(8)
         .build_notifications()
@@ -202,6 +214,7 @@ fn filters_drop_what_matches_none() {
 
 #[test]
 fn notifiers_travel_like_ends_and_refuse_data_pipes() {
+    let _serial = serial();
     use std::os::unix::net::UnixStream;
     let (n, mut r) = Builder::new()
         .notifications(4)
@@ -227,6 +240,7 @@ fn notifiers_travel_like_ends_and_refuse_data_pipes() {
 /// The kernel's own notification pipe, if this kernel has one: `pipe2(O_NOTIFICATION_PIPE)`.
 #[test]
 fn kernel_notification_pipes_are_probed() {
+    let _serial = serial();
     const O_NOTIFICATION_PIPE: libc::c_int = libc::O_EXCL;
     let mut fds = [0; 2];
     // SAFETY: `fds` is a writable array of two ints.
@@ -322,6 +336,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
     fn model_of_the_kernel_queue(records in 1usize..10, ops in proptest::collection::vec(op(), 1..80)) {
+        let _serial = serial();
         let (n, mut r) = Builder::new().notifications(records).build_notifications().unwrap();
         r.set_nonblocking(true).unwrap();
         let mut m = Model { cap: records.next_power_of_two(), q: VecDeque::new(), note_loss: false, filters: vec![] };
@@ -379,6 +394,7 @@ impl Seen {
     /// strictly increase; every gap (posts that returned false) has a LOSS record between the
     /// records around it; received == posted-true; LOSS records <= failed posts.
     fn check(&self, posted: &[(u32, u32)]) {
+        eprintln!("(queued, lost) per poster: {posted:?}");
         let mut last: Vec<Option<(u32, usize)>> = vec![None; posted.len()];
         let mut got = vec![0u32; posted.len()];
         let mut losses = 0;
@@ -461,6 +477,7 @@ fn drain(mut r: Reader) -> Seen {
 
 #[test]
 fn posters_race_a_reader_across_threads() {
+    let _serial = serial();
     let (n, r) = Builder::new()
         .notifications(16)
         .build_notifications()
@@ -480,6 +497,7 @@ fn posters_race_a_reader_across_threads() {
 
 #[test]
 fn posters_race_a_reader_across_processes() {
+    let _serial = serial();
     let (n, r) = Builder::new()
         .notifications(8)
         .build_notifications()
@@ -531,6 +549,7 @@ fn posters_race_a_reader_across_processes() {
 
 #[test]
 fn a_poster_killed_holding_the_post_lock_is_taken_over() {
+    let _serial = serial();
     let (n, mut r) = Builder::new()
         .notifications(4)
         .build_notifications()
