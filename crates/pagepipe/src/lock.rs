@@ -233,11 +233,10 @@ impl SideLock {
         }
     }
 
-    /// Whether the lock is held by a thread that no longer exists (a snapshot; never false for
-    /// a live holder).
-    pub(crate) fn holder_dead(&self) -> bool {
+    /// Whether a live thread holds the lock (a snapshot).
+    pub(crate) fn held_by_live(&self) -> bool {
         let cur = self.word.load(Ordering::Relaxed);
-        cur & TID_MASK != 0 && !holder_alive(cur)
+        cur & TID_MASK != 0 && holder_alive(cur)
     }
 
     /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker

@@ -7,6 +7,10 @@
 //! `CONFIG_WATCH_QUEUE`, which answers `ENOPKG`, so the records are compared with a model of the
 //! kernel's queue instead (`model_*`), written from the documented rules.
 
+#[path = "support/peer.rs"]
+#[allow(dead_code)] // shared with tests/corrupt.rs and the fuzz target
+mod peer;
+
 use pagepipe::{Builder, Filter, Notification, Notifier, Reader, MAX_PAYLOAD};
 use proptest::prelude::*;
 use std::collections::VecDeque;
@@ -578,5 +582,75 @@ fn a_poster_killed_holding_the_post_lock_is_taken_over() {
             last = Some(x);
         }
         assert_eq!(last.unwrap().subtype, 9);
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Hostile {
+    Post(usize),
+    Read(usize),
+    One,
+    Filter(u32),
+    /// Overwrite the u64 at this offset of the region.
+    Poke(usize, u64),
+}
+
+/// Offsets worth corrupting: the header (with the notification words), slot states and starts,
+/// and the records at the start of the first slots' pages.
+fn hostile_offset() -> impl Strategy<Value = usize> {
+    const ARENA: usize = 4096 + (1 << 18) * 64;
+    prop_oneof![
+        (0usize..190).prop_map(peer::header_word),
+        (0usize..8).prop_map(|s| 4096 + s * 64),
+        (0usize..8).prop_map(|s| 4096 + s * 64 + 8),
+        (0usize..8, 0usize..16).prop_map(|(p, w)| ARENA + p * 4096 + w * 8),
+    ]
+}
+
+fn hostile() -> impl Strategy<Value = Hostile> {
+    prop_oneof![
+        3 => (0usize..=MAX_PAYLOAD).prop_map(Hostile::Post),
+        2 => (0usize..300).prop_map(Hostile::Read),
+        1 => Just(Hostile::One),
+        1 => (0u32..4).prop_map(Hostile::Filter),
+        3 => (hostile_offset(), prop_oneof![any::<u64>(), 0u64..300, Just(0), Just(u64::MAX), (0u64..64).prop_map(|b| 1 << b)])
+            .prop_map(|(o, v)| Hostile::Poke(o, v)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+    /// A peer that scribbles on a notification pipe's region: every call returns, within a
+    /// bound, with a success or an expected error; no panic, fault or hang.
+    #[test]
+    fn corrupted_notification_regions_are_errors(ops in proptest::collection::vec(hostile(), 1..40)) {
+        let _serial = serial();
+        let (n, mut r) = Builder::new().notifications(8).build_notifications().unwrap();
+        r.set_nonblocking(true).unwrap();
+        let map = peer::Mapped::sent(|s| n.send_to(s).unwrap());
+        let ok = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                ErrorKind::WouldBlock | ErrorKind::InvalidData | ErrorKind::BrokenPipe
+                    | ErrorKind::Deadlock | ErrorKind::UnexpectedEof
+            ) || e.raw_os_error() == Some(libc::ENOBUFS)
+        };
+        for op in ops {
+            let t = std::time::Instant::now();
+            let res = match op {
+                Hostile::Post(len) => n.post(&note(1, 0, &vec![7; len])).map(drop),
+                Hostile::Read(len) => r.read(&mut vec![0u8; len]).map(drop),
+                Hostile::One => r.read_notification().map(drop),
+                Hostile::Filter(k) => r.set_filter(&[Filter { kind: k, info_filter: 0, info_mask: 0, subtypes: 1 }]),
+                Hostile::Poke(o, v) => {
+                    map.poke(o, v);
+                    Ok(())
+                }
+            };
+            if let Err(e) = &res {
+                prop_assert!(ok(e), "{op:?}: unexpected {e:?}");
+            }
+            prop_assert!(t.elapsed() < Duration::from_secs(5), "{op:?} took {:?}", t.elapsed());
+        }
     }
 }

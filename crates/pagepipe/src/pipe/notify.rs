@@ -17,9 +17,11 @@
 //!   same word, so exactly one of the two happens first). The reader sees the flag when it
 //!   releases the record and hands out one LOSS record after it (Linux's `note_loss`).
 //! - full, but the last record already released (the reader is between its release CAS and
-//!   its tail update): the poster waits for the tail, spinning; if the read side's holder is
-//!   dead it flags the released slot, and the next reader, taking the side over, finds the flag
-//!   on the slots it skips (see `Shared::lock_read`).
+//!   its tail update): the poster waits for the tail, spinning; if no live thread holds the
+//!   read side (its holder died there, or a peer wrote the flag) it flags the released slot,
+//!   and the next reader, taking the side over, finds the flag on the slots it skips (see
+//!   `Shared::lock_read`). A tail that stays stuck for a second is `InvalidData`: nothing waits
+//!   forever on a peer's word.
 //!
 //! Filters are a small table in the region under a sequence lock (`Header::filter_seq`) that
 //! the reader rewrites under its side lock and posters read optimistically, without a lock.
@@ -32,6 +34,7 @@ use crate::ring::{self, ONE};
 use crate::sync::{fence, Arc, Ordering};
 use crate::sys::PAGE_SIZE;
 use std::io;
+use std::time::{Duration, Instant};
 
 /// The most records a notification pipe holds (Linux: 512).
 pub const MAX_RECORDS: usize = 512;
@@ -57,6 +60,15 @@ const FILTER_TRIES: u32 = 64;
 /// Turns a poster spins waiting for a reader between its release and its tail update before it
 /// asks the OS whether that reader is alive.
 const RELEASE_CHECK: u32 = 1 << 12;
+/// How long a poster waits for a reader to move tail past a record it released before it
+/// calls the region corrupt (a live reader takes nanoseconds, or a scheduler tick).
+const RELEASE_PATIENCE: Duration = Duration::from_secs(1);
+/// That wait yields the CPU every this many turns (every turn under loom, which needs a yield
+/// to make progress in a spin loop).
+#[cfg(not(loom))]
+const YIELD_EVERY: u32 = 64;
+#[cfg(loom)]
+const YIELD_EVERY: u32 = 1;
 
 /// One notification record, in Linux's watch_queue layout: a 32-bit word with `kind` in its
 /// low 24 bits and `subtype` in its high 8, then a 32-bit `info` word (the record's length in
@@ -284,7 +296,7 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
         region: &sh.region,
         size: ws.ring_size,
     };
-    let mut turns = 0u32;
+    let (mut turns, mut started) = (0u32, None);
     loop {
         // Acquire: pairs with the reader's Release tail RMW (`Shared::advance_tail`), so its
         // copy out of a freed record happens before we overwrite the slot.
@@ -300,8 +312,17 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
             return Ok(false); // already flagged at this point of the stream
         }
         turns = turns.wrapping_add(1);
-        let reader_dead = turns % RELEASE_CHECK == 0 && h.read_lock.holder_dead();
-        if st & RELEASED == 0 || reader_dead {
+        let check = turns % RELEASE_CHECK == 0;
+        if check && started.get_or_insert_with(Instant::now).elapsed() > RELEASE_PATIENCE {
+            return Err(invalid(format!(
+                "record {} released but tail stuck at {tail} for {RELEASE_PATIENCE:?}",
+                ws.head - 1
+            )));
+        }
+        // No live reader in the middle of a release: a dead one's successor, or a peer that
+        // wrote the flag, owes the LOSS record (see `Shared::lock_read`).
+        let no_live_reader = check && !h.read_lock.held_by_live();
+        if st & RELEASED == 0 || no_live_reader {
             // Relaxed: decides only between us and the reader's release CAS on this word.
             if last
                 .state
@@ -313,7 +334,7 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
             continue;
         }
         // The reader released the last record and is about to move tail: wait for it.
-        if turns % 64 == 0 {
+        if turns % YIELD_EVERY == 0 {
             crate::sync::yield_now();
         } else {
             std::hint::spin_loop();
