@@ -17,10 +17,10 @@
 //! in `readv`), and the best it can do is one memcpy of the data against the kernel's page
 //! reference counting.
 
-use crate::child::{spawn, Between, Flags, Meter};
+use crate::child::{spawn, Between, Flags, Worker};
 use crate::common::{Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::lmbench::reader_hung_up;
+use crate::lmbench::until_hangup;
 use crate::pipe_bench::CHILD_GRACE;
 use crate::transport::kernel_pipe;
 use std::fs::File;
@@ -188,25 +188,15 @@ fn once(side: Side, m: Method, s: &Setup<'_>) -> io::Result<Record> {
     let src = File::open(s.file)?;
     let (writer, mut reader): (_, Box<dyn FnMut() -> io::Result<usize>>) = match side {
         Side::Kernel => {
-            let (w, r) = kernel_pipe(s.pipe_size)?;
-            let mut r = Some(r);
-            let worker = spawn(
-                s.between,
-                move || kernel_writer(m, &w, &src, size, &f),
-                || drop(r.take()),
-            )?;
-            let r = r.take().expect("the parent keeps its read end");
+            let pipe = kernel_pipe(s.pipe_size)?;
+            let write = move |w: File| kernel_writer(m, &w, &src, size, &f);
+            let (worker, r) = start(s.between, pipe, write)?;
             (worker, kernel_reader(m, r, size)?)
         }
         Side::Pagepipe => {
-            let (w, r) = pagepipe::Builder::new().capacity(s.pipe_size).build()?;
-            let mut r = Some(r);
-            let worker = spawn(
-                s.between,
-                move || pagepipe_writer(m, &w, &src, size, &f),
-                || drop(r.take()),
-            )?;
-            let r = r.take().expect("the parent keeps its reader");
+            let pipe = pagepipe::Builder::new().capacity(s.pipe_size).build()?;
+            let write = move |w: pagepipe::Writer| pagepipe_writer(m, &w, &src, size, &f);
+            let (worker, r) = start(s.between, pipe, write)?;
             (worker, pagepipe_reader(m, r, size)?)
         }
     };
@@ -246,6 +236,18 @@ fn once(side: Side, m: Method, s: &Setup<'_>) -> io::Result<Record> {
     Ok(rec)
 }
 
+/// Runs `writer` with the write end of `pipe` on a thread or in a child (which closes its copy
+/// of the read end); returns the worker and the read end.
+fn start<Wr: Send + 'static, Rd>(
+    between: Between,
+    (w, r): (Wr, Rd),
+    writer: impl FnOnce(Wr) -> io::Result<Usage> + Send + 'static,
+) -> io::Result<(Worker<Usage>, Rd)> {
+    let mut r = Some(r);
+    let worker = spawn(between, move || writer(w), || drop(r.take()))?;
+    Ok((worker, r.take().expect("the parent keeps its read end")))
+}
+
 /// Fills `buf` with a byte that changes every call, so no row moves untouched memory.
 fn touch(buf: &mut [u8], round: &mut u8) {
     *round = round.wrapping_add(1);
@@ -255,35 +257,32 @@ fn touch(buf: &mut [u8], round: &mut u8) {
 /// The kernel rows' writer: write, splice from the file, or vmsplice.
 fn kernel_writer(m: Method, w: &File, src: &File, size: usize, flags: &Flags) -> io::Result<Usage> {
     let mut buf = vec![0u8; size];
-    let (mut meter, mut round, mut off) = (Meter::default(), 0u8, 0i64);
-    while !flags.stopped() {
-        let res = match m {
-            Method::Pipe => {
-                touch(&mut buf, &mut round);
-                (&*w).write_all(&buf).map(|()| size)
-            }
-            Method::Splice => match splice(src, Some(&mut off), w, size) {
-                Ok(0) => {
-                    off = 0; // end of the file: from its start again
-                    Ok(0)
-                }
-                r => r,
-            },
-            Method::Vmsplice => {
-                touch(&mut buf, &mut round);
-                vmsplice_all(w, &buf)
-            }
-        };
-        if let Err(e) = res {
-            return if reader_hung_up(&e) {
-                Ok(meter.spent())
-            } else {
-                Err(e)
-            };
+    let (mut round, mut off) = (0u8, 0i64);
+    until_hangup(flags, || match m {
+        Method::Pipe => {
+            touch(&mut buf, &mut round);
+            (&*w).write_all(&buf)
         }
-        meter.tick(flags);
-    }
-    Ok(meter.spent())
+        Method::Splice => {
+            if splice(src, Some(&mut off), w, size)? == 0 {
+                off = 0; // end of the file: from its start again
+            }
+            Ok(())
+        }
+        Method::Vmsplice => {
+            touch(&mut buf, &mut round);
+            vmsplice_all(w, &buf)
+        }
+    })
+}
+
+/// The pipe rows' reader: reads into a `size`-byte buffer.
+fn read_into_buffer(
+    mut r: impl Read + 'static,
+    size: usize,
+) -> Box<dyn FnMut() -> io::Result<usize>> {
+    let mut buf = vec![0u8; size];
+    Box::new(move || r.read(&mut buf))
 }
 
 /// The kernel rows' reader: read, or splice to /dev/null. Returns bytes per call.
@@ -293,11 +292,7 @@ fn kernel_reader(
     size: usize,
 ) -> io::Result<Box<dyn FnMut() -> io::Result<usize>>> {
     Ok(match m {
-        Method::Pipe => {
-            let mut buf = vec![0u8; size];
-            let mut r = r;
-            Box::new(move || r.read(&mut buf))
-        }
+        Method::Pipe => read_into_buffer(r, size),
         Method::Splice | Method::Vmsplice => {
             let null = dev_null()?;
             Box::new(move || splice(&r, None, &null, size))
@@ -314,41 +309,32 @@ fn pagepipe_writer(
     flags: &Flags,
 ) -> io::Result<Usage> {
     let mut buf = vec![0u8; size];
-    let (mut meter, mut round) = (Meter::default(), 0u8);
-    let mut src = src;
-    while !flags.stopped() {
-        let res = match m {
-            Method::Pipe => {
-                touch(&mut buf, &mut round);
-                (&*w).write_all(&buf).map(|()| size)
-            }
-            Method::Splice => match w.splice_from(src, size) {
-                Ok(0) => src.rewind().map(|()| 0),
-                r => r,
-            },
-            Method::Vmsplice => fill_chunk(w, size, &mut round),
-        };
-        if let Err(e) = res {
-            return if reader_hung_up(&e) {
-                Ok(meter.spent())
-            } else {
-                Err(e)
-            };
+    let (mut round, mut src) = (0u8, src);
+    until_hangup(flags, || match m {
+        Method::Pipe => {
+            touch(&mut buf, &mut round);
+            (&*w).write_all(&buf)
         }
-        meter.tick(flags);
-    }
-    Ok(meter.spent())
+        Method::Splice => {
+            if w.splice_from(src, size)? == 0 {
+                src.rewind()?; // end of the file: from its start again
+            }
+            Ok(())
+        }
+        Method::Vmsplice => fill_chunk(w, size, &mut round),
+    })
 }
 
 /// Fills up to `size` bytes of a write chunk in place and commits them.
-fn fill_chunk(w: &pagepipe::Writer, size: usize, round: &mut u8) -> io::Result<usize> {
+fn fill_chunk(w: &pagepipe::Writer, size: usize, round: &mut u8) -> io::Result<()> {
     let mut chunk = w.write_chunk()?;
     let (a, b) = chunk.as_mut_slices();
     let la = a.len().min(size);
     let lb = b.len().min(size - la);
     touch(&mut a[..la], round);
     touch(&mut b[..lb], round);
-    Ok(chunk.commit(la + lb))
+    chunk.commit(la + lb);
+    Ok(())
 }
 
 /// The pagepipe rows' reader: read, splice_to /dev/null, or borrow and consume a chunk.
@@ -358,11 +344,7 @@ fn pagepipe_reader(
     size: usize,
 ) -> io::Result<Box<dyn FnMut() -> io::Result<usize>>> {
     Ok(match m {
-        Method::Pipe => {
-            let mut buf = vec![0u8; size];
-            let mut r = r;
-            Box::new(move || r.read(&mut buf))
-        }
+        Method::Pipe => read_into_buffer(r, size),
         Method::Splice => {
             let null = dev_null()?;
             Box::new(move || r.splice_to(&null, size))
@@ -400,7 +382,7 @@ fn splice(from: &File, off: Option<&mut i64>, to: &File, len: usize) -> io::Resu
 /// `vmsplice(2)` of all of `buf` into the pipe `w` (it may take several calls). The kernel
 /// pipe then references `buf`'s pages: a writer that refills `buf` before the reader drained
 /// it changes what the reader gets, the hazard pagepipe's chunks do not have.
-fn vmsplice_all(w: &File, buf: &[u8]) -> io::Result<usize> {
+fn vmsplice_all(w: &File, buf: &[u8]) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let iov = libc::iovec {
@@ -415,7 +397,7 @@ fn vmsplice_all(w: &File, buf: &[u8]) -> io::Result<usize> {
         }
         done += n as usize;
     }
-    Ok(done)
+    Ok(())
 }
 
 #[cfg(test)]

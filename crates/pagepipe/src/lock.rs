@@ -56,6 +56,16 @@ pub(crate) enum Taken {
     FromDead,
 }
 
+/// What a taker found in the lock word (see `SideLock::look`).
+enum Look {
+    /// Taken, or an error to return.
+    Done(io::Result<Taken>),
+    /// The word changed under the CAS: load it again.
+    Again,
+    /// Another thread holds it.
+    Held,
+}
+
 /// A side lock word (see the module docs).
 #[repr(C)]
 pub(crate) struct SideLock {
@@ -107,23 +117,10 @@ impl SideLock {
         let mut suspect = None; // a holder seen through a whole tick
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            if cur & TID_MASK == 0 {
-                // Acquire: as in `lock`.
-                if self
-                    .word
-                    .compare_exchange(cur, me | waited, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Ok(Taken::Clean);
-                }
-                continue;
-            }
-            if cur & TID_MASK == me & TID_MASK {
-                return Err(io::Error::new(
-                    io::ErrorKind::Deadlock,
-                    "this thread already holds this side of the pipe (a chunk is alive), or the \
-                     shared region says so",
-                ));
+            match self.look(cur, me, waited) {
+                Look::Done(r) => return r,
+                Look::Again => continue,
+                Look::Held => {}
             }
             if spins < SPINS {
                 spins += 1;
@@ -132,18 +129,7 @@ impl SideLock {
             }
             let never = matches!(wait, Wait::Never);
             if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur) {
-                // Acquire: as in `lock`; and the holder's writes before it died are visible
-                // through the shared memory anyway (it can release nothing any more).
-                if self
-                    .word
-                    .compare_exchange(
-                        cur,
-                        me | (cur & WAITERS),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
+                if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -191,36 +177,14 @@ impl SideLock {
         let mut turns = 0u32;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            if cur & TID_MASK == 0 {
-                // Acquire: as in `lock`.
-                if self
-                    .word
-                    .compare_exchange(cur, me | cur, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Ok(Taken::Clean);
-                }
-                continue;
-            }
-            if cur & TID_MASK == me & TID_MASK {
-                return Err(io::Error::new(
-                    io::ErrorKind::Deadlock,
-                    "this thread already holds the posting side, or the shared region says so",
-                ));
+            match self.look(cur, me, cur & WAITERS) {
+                Look::Done(r) => return r,
+                Look::Again => continue,
+                Look::Held => {}
             }
             turns = turns.wrapping_add(1);
             if turns % SPIN_CHECK == 0 && !holder_alive(cur) {
-                // Acquire: as in `lock_slow`'s takeover.
-                if self
-                    .word
-                    .compare_exchange(
-                        cur,
-                        me | (cur & WAITERS),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
+                if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -231,6 +195,45 @@ impl SideLock {
                 std::hint::spin_loop();
             }
         }
+    }
+
+    /// What every taker does with a word `cur` it loaded, before it would wait: takes a free
+    /// lock (keeping the `keep` flag bits), or reports one that names the caller.
+    fn look(&self, cur: u64, me: u64, keep: u64) -> Look {
+        if cur & TID_MASK == 0 {
+            // Acquire: as in `lock`.
+            return match self.word.compare_exchange(
+                cur,
+                me | keep,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => Look::Done(Ok(Taken::Clean)),
+                Err(_) => Look::Again,
+            };
+        }
+        if cur & TID_MASK == me & TID_MASK {
+            return Look::Done(Err(io::Error::new(
+                io::ErrorKind::Deadlock,
+                "this thread already holds this side of the pipe (a chunk is alive), or the \
+                 shared region says so",
+            )));
+        }
+        Look::Held
+    }
+
+    /// Takes the lock from the dead holder named by `cur`; false if the word changed.
+    fn take_over(&self, cur: u64, me: u64) -> bool {
+        // Acquire: as in `lock`; and the holder's writes before it died are visible through
+        // the shared memory anyway (it can release nothing any more).
+        self.word
+            .compare_exchange(
+                cur,
+                me | (cur & WAITERS),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Whether a live thread holds the lock (a snapshot).

@@ -121,6 +121,16 @@ fn loom_two_sleeping_readers_both_wake() {
     });
 }
 
+/// A notification pipe of one record with a non-blocking reader.
+fn one_record_pipe() -> (crate::Notifier, crate::Reader) {
+    let (n, r) = Builder::new()
+        .notifications(1)
+        .build_notifications()
+        .unwrap();
+    r.set_nonblocking(true).unwrap();
+    (n, r)
+}
+
 /// One record: its poster in `id`, its number in `subtype`.
 fn record(id: u8, seq: u8) -> crate::Notification {
     crate::Notification {
@@ -156,11 +166,7 @@ fn loom_posters_race_a_reader_on_a_one_record_ring() {
     loom::model(|| {
         // Two posters and a reader on a ring of one record: no record torn or duplicated, and
         // a post refused for lack of room is reported by one LOSS record after a real one.
-        let (n, mut r) = Builder::new()
-            .notifications(1)
-            .build_notifications()
-            .unwrap();
-        r.set_nonblocking(true).unwrap();
+        let (n, mut r) = one_record_pipe();
         let n2 = n.clone();
         let a = thread::spawn(move || n.post(&record(0, 0)).unwrap());
         let b = thread::spawn(move || n2.post(&record(1, 0)).unwrap());
@@ -185,11 +191,7 @@ fn loom_loss_flag_races_the_release_of_the_last_record() {
         // One poster fills a one-record ring and posts again while the reader releases the
         // record: either the second post finds room, or it flags the first record and the
         // reader, releasing it, hands out the LOSS record; never both, never neither.
-        let (n, mut r) = Builder::new()
-            .notifications(1)
-            .build_notifications()
-            .unwrap();
-        r.set_nonblocking(true).unwrap();
+        let (n, mut r) = one_record_pipe();
         assert!(n.post(&record(0, 0)).unwrap());
         let p = thread::spawn(move || n.post(&record(0, 1)).unwrap());
         let mut got = Vec::new();
