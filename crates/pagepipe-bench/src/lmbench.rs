@@ -122,9 +122,15 @@ fn check_between(t: Transport, between: Between) -> io::Result<()> {
 /// measured window.
 fn write_until_hangup(mut w: W, flags: &Flags, size: usize) -> io::Result<Usage> {
     let buf = vec![0x5au8; size];
+    until_hangup(flags, || w.write_all(&buf))
+}
+
+/// A writer's loop: runs `op` until told to stop or the reader hangs up; returns the writer's
+/// usage over the measured window.
+pub fn until_hangup(flags: &Flags, mut op: impl FnMut() -> io::Result<()>) -> io::Result<Usage> {
     let mut meter = Meter::default();
     while !flags.stopped() {
-        if let Err(e) = w.write_all(&buf) {
+        if let Err(e) = op() {
             return if reader_hung_up(&e) {
                 Ok(meter.spent())
             } else {

@@ -18,9 +18,11 @@ mod harness;
 #[cfg(feature = "iceoryx2")]
 mod iox;
 mod lmbench;
+mod notify_bench;
 mod peer_death;
 mod pipe_bench;
 mod quick;
+mod splice_bench;
 mod stats;
 mod transport;
 
@@ -59,6 +61,12 @@ enum Cmd {
     Dontcache(dontcache::Args),
     /// page_frag_test (seed 004): FragCache vs system allocator, mimalloc and BytesMut.
     Frag(frag::Args),
+    /// Seed 002's table: pipe (write + read), splice (file to pipe to /dev/null) and vmsplice
+    /// (pagepipe: write_chunk + read_chunk), the kernel and pagepipe side by side.
+    Splice(splice_bench::Args),
+    /// Notification pipes: records posted per second by 1 and 4 posters with a reader
+    /// draining, and the loss rate when the reader stalls.
+    Notify(notify_bench::Args),
     /// benchstat for two `--json` runs: medians, change with its interval, rank-test p-value.
     Compare(compare::Args),
 }
@@ -75,6 +83,8 @@ fn main() {
         Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
+        Some(Cmd::Splice(a)) => splice_bench::run(&a, opts),
+        Some(Cmd::Notify(a)) => notify_bench::run(&a, opts),
         Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {

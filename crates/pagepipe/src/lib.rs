@@ -45,7 +45,12 @@ pub mod tokio;
 pub use frag::{
     Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
-pub use pipe::{ReadChunk, Reader, WriteChunk, Writer, MAX_CAPACITY};
+#[cfg(not(loom))]
+pub use pipe::{splice, tee};
+pub use pipe::{
+    Filter, Notification, Notifier, ReadChunk, Reader, WriteChunk, Writer, LOSS_SUBTYPE,
+    MAX_CAPACITY, MAX_FILTERS, MAX_PAYLOAD, MAX_RECORDS, META_KIND,
+};
 pub use pool::PoolPolicy;
 pub use pressure::{shrink, PressureMonitor};
 
@@ -84,6 +89,8 @@ pub struct Builder {
     policy: PoolPolicy,
     slot_size: usize,
     packet: bool,
+    /// Records of a notification pipe, if [`Builder::notifications`] was called.
+    notifications: Option<usize>,
 }
 
 impl Default for Builder {
@@ -100,6 +107,7 @@ impl Builder {
             policy: PoolPolicy::default(),
             slot_size: sys::PAGE_SIZE,
             packet: false,
+            notifications: None,
         }
     }
 
@@ -131,13 +139,57 @@ impl Builder {
         self
     }
 
+    /// Makes [`Builder::build_notifications`] build a notification pipe of `records` records
+    /// (Linux: 1 to 512, rounded up to a power of two, as `IOC_WATCH_QUEUE_SET_SIZE` sizes the
+    /// ring). Every slot of its ring is reserved for records: the pipe takes no data.
+    pub fn notifications(mut self, records: usize) -> Builder {
+        self.notifications = Some(records);
+        self
+    }
+
+    /// Creates a notification pipe (seed 002, Linux's watch_queue): a [`Notifier`] that posts
+    /// records without ever blocking, and the [`Reader`] that reads them whole (see
+    /// [`Reader::read_notification`]). Capacity, slot size and packet mode do not apply; the
+    /// pool policy does.
+    ///
+    /// On the reader, as on a Linux notification pipe: `read` returns whole records in Linux's
+    /// byte layout, and fails with `ENOBUFS` when the buffer cannot hold the next one; a LOSS
+    /// record (8 bytes, kind 0, subtype 1) follows the records queued when posts were lost;
+    /// `read_chunk` and the splice family fail with `EXDEV`, `set_capacity` with `EBUSY`.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] if [`Builder::notifications`] was not called or asked
+    /// for 0 or more than [`MAX_RECORDS`] records; the OS's error if it refuses the mapping.
+    pub fn build_notifications(self) -> io::Result<(Notifier, Reader)> {
+        let Some(records) = self.notifications else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "build_notifications needs Builder::notifications(records)",
+            ));
+        };
+        if !sys::page_size_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "pagepipe needs 4 KiB pages",
+            ));
+        }
+        pipe::create_notifications(records, self.policy)
+    }
+
     /// Creates the pipe.
     ///
     /// # Errors
-    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`MAX_CAPACITY`], or a slot
+    /// [`io::ErrorKind::InvalidInput`] after [`Builder::notifications`] (use
+    /// [`Builder::build_notifications`]), for a capacity of 0 or above [`MAX_CAPACITY`], or a slot
     /// size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
     /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
     pub fn build(self) -> io::Result<(Writer, Reader)> {
+        if self.notifications.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a Builder with notifications() builds with build_notifications()",
+            ));
+        }
         pipe::check_slot_size(self.slot_size)?;
         let ring_size = pipe::ring_size_for(self.capacity, self.slot_size)?;
         if !sys::page_size_ok() {
@@ -150,6 +202,7 @@ impl Builder {
             policy: self.policy,
             packet: self.packet,
             slot_size: self.slot_size,
+            notes: 0,
         };
         pipe::create(ring_size, config)
     }

@@ -40,6 +40,11 @@ pub(crate) enum Wait {
     Never,
     /// Until the lock is free or its holder is found dead, at most until the deadline if any.
     Until(Option<Instant>),
+    /// Until the lock is free or its holder is found dead, never sleeping: spins and yields,
+    /// asking the OS about the holder now and then. For notification posters, which must not
+    /// sleep and hold the lock only to copy one record (as the kernel's poster spins on its
+    /// queue's spinlock).
+    Spin,
 }
 
 /// How a lock was taken.
@@ -49,6 +54,16 @@ pub(crate) enum Taken {
     Clean,
     /// From a holder that died holding it: the caller must recover the side's state.
     FromDead,
+}
+
+/// What a taker found in the lock word (see `SideLock::look`).
+enum Look {
+    /// Taken, or an error to return.
+    Done(io::Result<Taken>),
+    /// The word changed under the CAS: load it again.
+    Again,
+    /// Another thread holds it.
+    Held,
 }
 
 /// A side lock word (see the module docs).
@@ -95,29 +110,17 @@ impl SideLock {
         let deadline = match wait {
             Wait::Never => None,
             Wait::Until(d) => d,
+            Wait::Spin => return self.lock_spin(me),
         };
         let mut spins = 0u32;
         let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
         let mut suspect = None; // a holder seen through a whole tick
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            if cur & TID_MASK == 0 {
-                // Acquire: as in `lock`.
-                if self
-                    .word
-                    .compare_exchange(cur, me | waited, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Ok(Taken::Clean);
-                }
-                continue;
-            }
-            if cur & TID_MASK == me & TID_MASK {
-                return Err(io::Error::new(
-                    io::ErrorKind::Deadlock,
-                    "this thread already holds this side of the pipe (a chunk is alive), or the \
-                     shared region says so",
-                ));
+            match self.look(cur, me, waited) {
+                Look::Done(r) => return r,
+                Look::Again => continue,
+                Look::Held => {}
             }
             if spins < SPINS {
                 spins += 1;
@@ -126,18 +129,7 @@ impl SideLock {
             }
             let never = matches!(wait, Wait::Never);
             if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur) {
-                // Acquire: as in `lock`; and the holder's writes before it died are visible
-                // through the shared memory anyway (it can release nothing any more).
-                if self
-                    .word
-                    .compare_exchange(
-                        cur,
-                        me | (cur & WAITERS),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
+                if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -175,6 +167,79 @@ impl SideLock {
                 suspect = Some(cur | WAITERS);
             }
         }
+    }
+
+    /// [`Wait::Spin`]'s loop: CAS when the word looks free, else spin (yielding the CPU every
+    /// [`SPIN_YIELD`] turns), and every [`SPIN_CHECK`] turns take the lock over if the holder
+    /// the word names is dead.
+    #[cold]
+    fn lock_spin(&self, me: u64) -> io::Result<Taken> {
+        let mut turns = 0u32;
+        loop {
+            let cur = self.word.load(Ordering::Relaxed);
+            match self.look(cur, me, cur & WAITERS) {
+                Look::Done(r) => return r,
+                Look::Again => continue,
+                Look::Held => {}
+            }
+            turns = turns.wrapping_add(1);
+            if turns % SPIN_CHECK == 0 && !holder_alive(cur) {
+                if self.take_over(cur, me) {
+                    return Ok(Taken::FromDead);
+                }
+                continue;
+            }
+            if turns % SPIN_YIELD == 0 {
+                crate::sync::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// What every taker does with a word `cur` it loaded, before it would wait: takes a free
+    /// lock (keeping the `keep` flag bits), or reports one that names the caller.
+    fn look(&self, cur: u64, me: u64, keep: u64) -> Look {
+        if cur & TID_MASK == 0 {
+            // Acquire: as in `lock`.
+            return match self.word.compare_exchange(
+                cur,
+                me | keep,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => Look::Done(Ok(Taken::Clean)),
+                Err(_) => Look::Again,
+            };
+        }
+        if cur & TID_MASK == me & TID_MASK {
+            return Look::Done(Err(io::Error::new(
+                io::ErrorKind::Deadlock,
+                "this thread already holds this side of the pipe (a chunk is alive), or the \
+                 shared region says so",
+            )));
+        }
+        Look::Held
+    }
+
+    /// Takes the lock from the dead holder named by `cur`; false if the word changed.
+    fn take_over(&self, cur: u64, me: u64) -> bool {
+        // Acquire: as in `lock`; and the holder's writes before it died are visible through
+        // the shared memory anyway (it can release nothing any more).
+        self.word
+            .compare_exchange(
+                cur,
+                me | (cur & WAITERS),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Whether a live thread holds the lock (a snapshot).
+    pub(crate) fn held_by_live(&self) -> bool {
+        let cur = self.word.load(Ordering::Relaxed);
+        cur & TID_MASK != 0 && holder_alive(cur)
     }
 
     /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker
@@ -223,6 +288,16 @@ impl SideLock {
 const SPINS: u32 = 100;
 #[cfg(loom)]
 const SPINS: u32 = 0;
+
+/// [`Wait::Spin`] yields the CPU every this many turns (every turn under loom, which needs a
+/// yield to make progress in a spin loop).
+#[cfg(not(loom))]
+const SPIN_YIELD: u32 = 64;
+#[cfg(loom)]
+const SPIN_YIELD: u32 = 1;
+/// [`Wait::Spin`] asks the OS whether the holder lives every this many turns (a `/proc` read:
+/// rare enough to cost nothing while a live holder copies its record).
+const SPIN_CHECK: u32 = 1 << 12;
 
 /// Whether the thread a lock word names still exists (and is the same thread: same start time).
 #[cfg(not(loom))]

@@ -113,6 +113,20 @@ pub(crate) struct Header {
     /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
+    /// Notification pipes only (see `pipe::notify`): the record slots (the ring size, 0 for a
+    /// data pipe). Written once at creation, validated at attach, never read again.
+    notes: ColdU32,
+    /// The reader consumed a record flagged LOSS and has not yet handed out the LOSS record
+    /// (Linux `pipe->note_loss`); read and written only under the read side's lock.
+    pub(crate) note_loss: ColdU32,
+    /// The reader's filters (`Reader::set_filter`), a sequence lock: `filter_seq` is odd while
+    /// a filter is being written (under the read side's lock), and bumped again after; posters
+    /// read the table between two equal even values. Values are untrusted numbers, never sizes.
+    pub(crate) filter_seq: ColdU32,
+    /// Filters in use, at most `pipe::notify::MAX_FILTERS` (a larger value reads as that many).
+    pub(crate) nr_filters: ColdU32,
+    /// `[kind, info_filter, info_mask, subtypes]` per filter.
+    pub(crate) filters: [[ColdU32; 4]; 16],
 }
 
 #[cfg(not(loom))]
@@ -135,6 +149,8 @@ const _: () = {
     assert!(offset_of!(Header, sig_lock) == 1024);
     assert!(offset_of!(Header, polled) == 1152);
     assert!(offset_of!(Header, closes) == 1168);
+    assert!(offset_of!(Header, notes) == 1184);
+    assert!(offset_of!(Header, filters) == 1200);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(align_of::<Header>() <= PAGE_SIZE);
     assert!(size_of::<Slot>() == 64);
@@ -154,6 +170,9 @@ pub(crate) const RELEASED: u64 = 1 << 34;
 /// The position's page was given back to the OS (or never touched): writing there faults.
 /// Meaningful only while the position is free; a free position without it holds a spare page.
 pub(crate) const DROPPED: u64 = 1 << 35;
+/// Notification pipes: records were lost after this one (Linux `PIPE_BUF_FLAG_LOSS`); set by a
+/// poster with a CAS that fails once the reader released the slot (see `pipe::notify`).
+pub(crate) const LOSS: u64 = 1 << 36;
 
 /// One slot's bookkeeping; its page is at the same position of the arena.
 ///
@@ -208,6 +227,8 @@ pub(crate) struct Config {
     pub(crate) policy: PoolPolicy,
     pub(crate) packet: bool,
     pub(crate) slot_size: usize,
+    /// Record slots of a notification pipe (its ring size), 0 for a data pipe.
+    pub(crate) notes: usize,
 }
 
 /// This process's view of a pipe's region.
@@ -319,6 +340,11 @@ impl Region {
             polled: [ColdU32::new(0), ColdU32::new(0)],
             charged: [ColdU32::new(0), ColdU32::new(0)],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
+            notes: ColdU32::new(0),
+            note_loss: ColdU32::new(0),
+            filter_seq: ColdU32::new(0),
+            nr_filters: ColdU32::new(0),
+            filters: Default::default(),
         });
         let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();
         let arena: Box<[std::cell::UnsafeCell<u8>]> = (0..ring_size * config.slot_size)
@@ -371,6 +397,7 @@ impl Region {
         for (w, v) in h.policy.iter().zip(encode_policy(c.policy)) {
             w.store(v, Ordering::Relaxed);
         }
+        h.notes.store(c.notes as u32, Ordering::Relaxed);
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
@@ -438,10 +465,17 @@ impl Region {
             v => return Err(invalid(format!("bad packet flag {v} in the region"))),
         };
         let policy = decode_policy([0, 1, 2].map(|i| h.policy[i].load(Ordering::Relaxed)))?;
+        let notes = h.notes.load(Ordering::Relaxed) as usize;
+        if notes != 0 && !crate::pipe::notes_ok(notes, slot_size) {
+            return Err(invalid(format!(
+                "bad notification record count {notes} for {slot_size}-byte slots in the region"
+            )));
+        }
         let config = Config {
             policy,
             packet,
             slot_size,
+            notes,
         };
         Ok(Region::from_backing(
             Backing { map, memfd },

@@ -11,6 +11,14 @@ pub(crate) use std::sync::{Arc, Mutex};
 
 pub(crate) use std::sync::atomic::Ordering;
 
+/// Gives up the CPU in a spin loop (loom: lets the model schedule another thread).
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
 /// Atomics for words that no concurrency protocol depends on (configuration written before
 /// use or with both sides held, advisory counters, process-local caches): std's even under
 /// loom, so models explore the protocol words (indices, slot states, futexes, locks, closes)

@@ -855,3 +855,52 @@ pub(crate) fn poll_two(
     }
     Ok((fds[0].revents, fds[1].revents != 0))
 }
+
+/// Linux's `UIO_MAXIOV`: the most buffers one `readv`/`writev` takes.
+pub(crate) const IOV_MAX: usize = 1024;
+
+/// Writes the buffers `bufs` to `fd` in one call (`writev(2)`), retrying on `EINTR`; returns
+/// the bytes written (possibly fewer than offered).
+pub(crate) fn writev(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+    let cnt = bufs.len().min(IOV_MAX) as libc::c_int;
+    loop {
+        // SAFETY: IoSlice is ABI-compatible with `struct iovec` (std guarantees it on Unix);
+        // the kernel only reads the `cnt` live buffers they describe.
+        let rc = unsafe { libc::writev(fd.as_raw_fd(), bufs.as_ptr().cast(), cnt) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads from `fd` into the buffers `bufs` in one call (`readv(2)`), retrying on `EINTR`;
+/// returns the bytes read (0 at end of file).
+pub(crate) fn readv(fd: BorrowedFd<'_>, bufs: &mut [std::io::IoSliceMut<'_>]) -> io::Result<usize> {
+    let cnt = bufs.len().min(IOV_MAX) as libc::c_int;
+    loop {
+        // SAFETY: IoSliceMut is ABI-compatible with `struct iovec`; the kernel writes only
+        // within the `cnt` live, exclusively borrowed buffers they describe.
+        let rc = unsafe { libc::readv(fd.as_raw_fd(), bufs.as_mut_ptr().cast(), cnt) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// The file `fd` refers to, as `(device, inode)` (`fstat(2)`): equal for two descriptors of
+/// the same memory file, in whichever process they were opened.
+pub(crate) fn file_id(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` to the pointer we pass.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
+}

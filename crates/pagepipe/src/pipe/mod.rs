@@ -27,14 +27,23 @@
 
 #[cfg(all(test, loom))]
 mod loom_tests;
+pub(crate) mod notify;
 #[cfg(not(loom))]
 mod pass;
 mod reader;
 #[cfg(not(loom))]
 mod ready;
+#[cfg(not(loom))]
+pub(crate) mod splice;
 mod writer;
 
+pub(crate) use notify::notes_ok;
+pub use notify::{
+    Filter, Notification, Notifier, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD, MAX_RECORDS, META_KIND,
+};
 pub use reader::{ReadChunk, Reader};
+#[cfg(not(loom))]
+pub use splice::{splice, tee};
 pub use writer::{WriteChunk, Writer};
 
 use crate::lock::{self, Taken, TICK};
@@ -331,9 +340,16 @@ impl Shared {
         if taken == Taken::FromDead {
             let ring = g.ring();
             let mut skipped = 0;
-            while g.tail + skipped != g.cached_head
-                && ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed) & RELEASED != 0
-            {
+            while g.tail + skipped != g.cached_head {
+                let st = ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed);
+                if st & RELEASED == 0 {
+                    break;
+                }
+                // A notification record the dead reader released after a poster flagged it
+                // (see `notify`): its LOSS record is still owed.
+                if st & region::LOSS != 0 {
+                    h.note_loss.store(1, Ordering::Relaxed);
+                }
                 skipped += 1;
             }
             self.advance_tail(skipped);
@@ -592,6 +608,9 @@ impl Shared {
         bytes: usize,
         deadline: Option<Instant>,
     ) -> io::Result<usize> {
+        if self.config().notes != 0 {
+            return Err(notify::ebusy()); // Linux: a notification pipe is not resized
+        }
         let ss = self.config().slot_size;
         let new_ring = ring_size_for(bytes, ss)?;
         let wait = lock::Wait::Until(deadline);
@@ -1064,6 +1083,23 @@ pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Makes a new notification pipe for `records` records: its region (a ring of that many
+/// slots, rounded up to a power of two) and its two ends.
+pub(crate) fn create_notifications(
+    records: usize,
+    policy: crate::PoolPolicy,
+) -> io::Result<(Notifier, Reader)> {
+    let ring = notify::ring_for(records)?;
+    let config = Config {
+        policy,
+        packet: false,
+        slot_size: PAGE_SIZE,
+        notes: ring,
+    };
+    let (w, r) = create(ring, config)?;
+    Ok((Notifier { end: w.end.clone() }, r))
 }
 
 /// Makes a new pipe's region and its two ends in this process.

@@ -2,7 +2,7 @@
 //! (inherited descriptors named by an environment variable). An end travels as three
 //! descriptors: the region's memory file and this end's descriptors of the two signal pipes.
 
-use super::{End, Reader, Shared, Writer};
+use super::{End, Notifier, Reader, Shared, Writer};
 use crate::region::{invalid, Region, R, W};
 use crate::sync::Arc;
 use crate::sys;
@@ -169,8 +169,33 @@ fn check_signal(fd: BorrowedFd<'_>, side: usize) -> io::Result<()> {
     }
 }
 
+/// An end received for a [`Writer`]: a data pipe's (a notification pipe has notifiers).
+fn data_pipe(end: End) -> io::Result<End> {
+    if end.shared.config().notes != 0 {
+        return Err(invalid(
+            "received the posting end of a notification pipe, not a writer",
+        ));
+    }
+    Ok(end)
+}
+
+/// An end received for a [`Notifier`]: a notification pipe's.
+fn notification_pipe(end: End) -> io::Result<End> {
+    if end.shared.config().notes == 0 {
+        return Err(invalid(
+            "received the writer of a data pipe, not a notifier",
+        ));
+    }
+    Ok(end)
+}
+
+/// A [`Reader`] may read either kind of pipe.
+fn any_pipe(end: End) -> io::Result<End> {
+    Ok(end)
+}
+
 macro_rules! passing {
-    ($end:ident, $side:expr, $name:literal) => {
+    ($end:ident, $side:expr, $name:literal, $check:ident) => {
         impl $end {
             #[doc = concat!("Sends a clone of this ", $name, " over a Unix socket (`SCM_RIGHTS`); the")]
             #[doc = concat!("receiving process gets it with [`", stringify!($end), "::recv_from`]. This")]
@@ -207,7 +232,7 @@ macro_rules! passing {
             /// ```
             pub fn recv_from(sock: &UnixStream) -> io::Result<$end> {
                 Ok($end {
-                    end: End::arc(End::recv_from(sock, $side)?),
+                    end: End::arc($check(End::recv_from(sock, $side)?)?),
                 })
             }
 
@@ -231,15 +256,16 @@ macro_rules! passing {
             /// validation); [`io::ErrorKind::AlreadyExists`] if this process already took it.
             pub fn from_env(var: &str) -> io::Result<$end> {
                 Ok($end {
-                    end: End::arc(End::from_env(var, $side)?),
+                    end: End::arc($check(End::from_env(var, $side)?)?),
                 })
             }
         }
     };
 }
 
-passing!(Writer, W, "writer");
-passing!(Reader, R, "reader");
+passing!(Writer, W, "writer", data_pipe);
+passing!(Reader, R, "reader", any_pipe);
+passing!(Notifier, W, "notifier", notification_pipe);
 
 #[cfg(test)]
 mod tests {

@@ -113,7 +113,8 @@ impl Reader {
     /// holding it gets [`io::ErrorKind::Deadlock`] if it reads this pipe meanwhile.
     ///
     /// # Errors
-    /// `TimedOut` after the read timeout; `InvalidData` if the shared region is corrupt.
+    /// `TimedOut` after the read timeout; `InvalidData` if the shared region is corrupt;
+    /// an error with `raw_os_error() == Some(libc::EXDEV)` on a notification pipe.
     ///
     /// ```
     /// use std::io::Write;
@@ -127,6 +128,9 @@ impl Reader {
     /// ```
     pub fn read_chunk(&self) -> io::Result<ReadChunk<'_>> {
         let sh = self.shared();
+        if sh.config().notes != 0 {
+            return Err(super::notify::exdev()); // records are read whole, never spliced
+        }
         let deadline = sh.deadline(R);
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
@@ -180,6 +184,9 @@ impl Reader {
         }
         let nonblocking = try_only || self.is_nonblocking();
         let sh = self.shared();
+        if sh.config().notes != 0 {
+            return super::notify::read(self, buf, nonblocking, usize::MAX);
+        }
         let deadline = sh.deadline(R);
         let max = buf.len();
         let dst = buf.as_mut_ptr();

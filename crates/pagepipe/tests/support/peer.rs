@@ -16,8 +16,13 @@ pub struct Mapped {
 impl Mapped {
     /// Maps the region of `w`'s pipe.
     pub fn of(w: &Writer) -> Mapped {
+        Mapped::sent(|sock| w.send_to(sock).unwrap())
+    }
+
+    /// Maps the region of the end `send` sends over the socket it is given.
+    pub fn sent(send: impl FnOnce(&UnixStream)) -> Mapped {
         let (a, b) = UnixStream::pair().unwrap();
-        w.send_to(&a).unwrap();
+        send(&a);
         let fds = recv_fds(&b);
         let memfd = &fds[0];
         // SAFETY: fstat into a zeroed stat.

@@ -1,0 +1,236 @@
+//! The splice family: moving bytes between a pipe and a descriptor, or between two pipes,
+//! without a user buffer (Linux `splice(2)`, `tee(2)`).
+//!
+//! Each call is built on the chunk API: [`Reader::read_chunk`] lends the queued bytes in place
+//! and [`Writer::write_chunk`] the free slots, so bytes go from a descriptor straight into ring
+//! pages (`readv(2)`), from ring pages straight to a descriptor (`writev(2)`), or from one ring's
+//! pages into another's (one copy). Linux moves page references where it can (a file's page
+//! cache pages into a pipe, a pipe's buffers into another pipe); pagepipe's pages are its own
+//! shared memory, so each call copies once, in the kernel or in `memcpy`.
+//!
+//! The chunk API is pagepipe's `vmsplice(2)`: a writer fills [`crate::WriteChunk`] in place and
+//! commits it, and the reader reads those very bytes. It is safe where `vmsplice` is not:
+//! vmsplice hands the kernel references to the caller's pages, and a caller that reuses its
+//! buffer before the reader consumed them changes what the reader sees; a chunk's pages belong
+//! to the ring until committed (writer) or consumed (reader), and the borrow checker keeps the
+//! caller's hands off them after that.
+
+use super::{Reader, Writer};
+use crate::region::invalid;
+use crate::sys;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::AsFd;
+
+/// Buffers per `writev` of [`Reader::splice_to`]: 64 slots, 256 KiB of 4 KiB slots.
+const IOVS: usize = 64;
+
+impl Reader {
+    /// Writes up to `len` queued bytes to `fd` (a file, socket or kernel pipe) straight from
+    /// the ring's pages, and consumes what `fd` took; returns that count, 0 at end of file.
+    ///
+    /// Waits for data as a read does (a non-blocking reader fails with `WouldBlock` instead,
+    /// as `SPLICE_F_NONBLOCK` makes splice); whether the write to `fd` may block is `fd`'s own
+    /// mode. The read side stays held during the write.
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// let (mut w, r) = pagepipe::pipe()?;
+    /// w.write_all(b"to a socket")?;
+    /// let (a, mut b) = std::os::unix::net::UnixStream::pair()?;
+    /// assert_eq!(r.splice_to(&a, 100)?, 11);
+    /// let mut got = [0u8; 11];
+    /// b.read_exact(&mut got)?;
+    /// assert_eq!(&got, b"to a socket");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `fd`'s error from `writev(2)` (nothing is consumed); `WouldBlock`, `TimedOut` as for a
+    /// read; `EXDEV` on a notification pipe.
+    pub fn splice_to(&self, fd: impl AsFd, len: usize) -> io::Result<usize> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let chunk = self.read_chunk()?;
+        let n = {
+            let mut iov = [IoSlice::new(&[]); IOVS];
+            let (mut used, mut left) = (0, len);
+            for s in chunk.slices().take(IOVS) {
+                if left == 0 {
+                    break;
+                }
+                let s = &s[..s.len().min(left)];
+                left -= s.len();
+                iov[used] = IoSlice::new(s);
+                used += 1;
+            }
+            if used == 0 {
+                return Ok(0); // end of file
+            }
+            sys::writev(fd.as_fd(), &iov[..used])?
+        };
+        chunk.consume(n);
+        Ok(n)
+    }
+}
+
+impl Writer {
+    /// Reads up to `len` bytes from `fd` straight into free ring pages and publishes them;
+    /// returns the count, 0 when `fd` is at end of file.
+    ///
+    /// Waits for room as a write does (a non-blocking writer fails with `WouldBlock`
+    /// instead); whether the read from `fd` may block is `fd`'s own mode. The write side
+    /// stays held during the read. The bytes form whole new slots, as a committed
+    /// [`crate::WriteChunk`] does.
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// let mut file = std::fs::File::open("Cargo.toml")?;
+    /// let (w, mut r) = pagepipe::pipe()?;
+    /// let n = w.splice_from(&file, 1000)?;
+    /// let mut head = vec![0u8; n];
+    /// r.read_exact(&mut head)?;
+    /// assert!(head.starts_with(b"[package]"));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `fd`'s error from `readv(2)` (nothing is published); `BrokenPipe`, `WouldBlock`,
+    /// `TimedOut` as for a write.
+    pub fn splice_from(&self, fd: impl AsFd, len: usize) -> io::Result<usize> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let mut chunk = self.write_chunk()?;
+        let n = {
+            let (a, b) = chunk.as_mut_slices();
+            let la = a.len().min(len);
+            let lb = b.len().min(len - la);
+            let mut iov = [IoSliceMut::new(&mut a[..la]), IoSliceMut::new(&mut b[..lb])];
+            let used = if lb == 0 { 1 } else { 2 };
+            sys::readv(fd.as_fd(), &mut iov[..used])?
+        };
+        Ok(chunk.commit(n))
+    }
+}
+
+/// Moves up to `len` bytes from one pagepipe to another (Linux `splice(2)` between two
+/// pipes): one copy from `from`'s ring pages into `to`'s, consuming them from `from`. Returns
+/// the count, 0 at `from`'s end of file.
+///
+/// Waits for data in `from`, then for room in `to`, each unless that end is non-blocking
+/// (then `WouldBlock`, as with `SPLICE_F_NONBLOCK`); `from`'s read side stays held while it
+/// waits for room.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// let (mut w1, r1) = pagepipe::pipe()?;
+/// let (w2, mut r2) = pagepipe::pipe()?;
+/// w1.write_all(b"moved")?;
+/// assert_eq!(pagepipe::splice(&r1, &w2, 64)?, 5);
+/// assert!(r1.is_empty());
+/// let mut got = [0u8; 5];
+/// r2.read_exact(&mut got)?;
+/// assert_eq!(&got, b"moved");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// [`io::ErrorKind::InvalidInput`] when both ends belong to the same pipe; `EXDEV` when `from`
+/// is a notification pipe; `BrokenPipe` when `to` has no reader; `WouldBlock` and `TimedOut`
+/// as for a read of `from` or a write to `to`.
+pub fn splice(from: &Reader, to: &Writer, len: usize) -> io::Result<usize> {
+    transfer(from, to, len, true)
+}
+
+/// Copies up to `len` queued bytes from one pagepipe into another without consuming them
+/// (Linux `tee(2)`); returns the count, 0 at `from`'s end of file. Blocking, errors: as
+/// [`splice`].
+///
+/// ```
+/// use std::io::Write;
+/// let (mut w1, r1) = pagepipe::pipe()?;
+/// let (w2, r2) = pagepipe::pipe()?;
+/// w1.write_all(b"copied")?;
+/// assert_eq!(pagepipe::tee(&r1, &w2, 64)?, 6);
+/// assert_eq!((r1.len(), r2.len()), (6, 6));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`splice`].
+pub fn tee(from: &Reader, to: &Writer, len: usize) -> io::Result<usize> {
+    transfer(from, to, len, false)
+}
+
+fn transfer(from: &Reader, to: &Writer, len: usize, consume: bool) -> io::Result<usize> {
+    if same_pipe(from, to)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot splice or tee a pipe into itself",
+        ));
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    let src = from.read_chunk()?;
+    if src.is_empty() {
+        return Ok(0); // end of file
+    }
+    let mut dst = to.write_chunk()?;
+    let n = {
+        let (a, b) = dst.as_mut_slices();
+        copy_runs(src.slices(), [a, b], len)
+    };
+    let n = dst.commit(n);
+    if consume {
+        src.consume(n);
+    }
+    Ok(n)
+}
+
+/// Copies the bytes of `src`, in order, into `dst` (the first slice, then the second), at most
+/// `len` of them; returns the count.
+fn copy_runs<'a>(src: impl Iterator<Item = &'a [u8]>, dst: [&mut [u8]; 2], len: usize) -> usize {
+    let mut dst = dst.into_iter().filter(|d| !d.is_empty());
+    let (mut out, mut off, mut n) = (dst.next(), 0, 0);
+    for mut s in src {
+        while !s.is_empty() && n < len {
+            let Some(d) = out.as_deref_mut() else {
+                return n;
+            };
+            let c = s.len().min(d.len() - off).min(len - n);
+            d[off..off + c].copy_from_slice(&s[..c]);
+            (s, off, n) = (&s[c..], off + c, n + c);
+            if off == d.len() {
+                (out, off) = (dst.next(), 0);
+            }
+        }
+    }
+    n
+}
+
+/// Whether two ends belong to the same pipe: the same mapping, or the same memory file
+/// mapped twice (an end received back from another process).
+fn same_pipe(from: &Reader, to: &Writer) -> io::Result<bool> {
+    let (a, b) = (&from.end.shared, &to.end.shared);
+    if std::sync::Arc::ptr_eq(a, b) {
+        return Ok(true);
+    }
+    let ida = sys::file_id(a.region.memfd()).map_err(|e| invalid(e.to_string()))?;
+    let idb = sys::file_id(b.region.memfd()).map_err(|e| invalid(e.to_string()))?;
+    Ok(ida == idb)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_copy_across_both_destinations() {
+        let src: [&[u8]; 3] = [b"abc", b"", b"defgh"];
+        let (mut a, mut b) = ([0u8; 3], [0u8; 4]);
+        assert_eq!(super::copy_runs(src.into_iter(), [&mut a, &mut b], 6), 6);
+        assert_eq!((&a, &b[..3]), (b"abc", &b"def"[..]));
+        let (mut a, mut b) = ([0u8; 2], [0u8; 0]);
+        assert_eq!(super::copy_runs(src.into_iter(), [&mut a, &mut b], 99), 2);
+    }
+}
