@@ -86,9 +86,7 @@ impl End {
             End::Kernel(fd) => Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?),
             End::PageWriter(w, spin) => {
                 let mut w = pagepipe::tokio::AsyncWriter::new(w)?;
-                if !spin {
-                    w.set_spin(None);
-                }
+                w.set_spin(spin.then_some(pagepipe::tokio::DEFAULT_SPIN));
                 Box::new(w)
             }
             End::PageReader(..) => unreachable!("a read end as writer"),
@@ -101,9 +99,7 @@ impl End {
             End::Kernel(fd) => Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?),
             End::PageReader(r, spin) => {
                 let mut r = pagepipe::tokio::AsyncReader::new(r)?;
-                if !spin {
-                    r.set_spin(None);
-                }
+                r.set_spin(spin.then_some(pagepipe::tokio::DEFAULT_SPIN));
                 Box::new(r)
             }
             End::PageWriter(..) => unreachable!("a write end as reader"),

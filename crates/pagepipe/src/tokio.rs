@@ -104,8 +104,8 @@ impl Spin {
     }
 
     /// Spins while `ready` is false, within the budget; whether it became true. Adapts the
-    /// budget to the outcome.
-    fn until(&self, ready: impl Fn() -> bool) -> bool {
+    /// budget to the outcome. `eligible` (asked only when a spin is due) can veto it.
+    fn until(&self, eligible: impl FnOnce() -> bool, ready: impl Fn() -> bool) -> bool {
         let max = self.max_ns.load(Relaxed);
         if max == 0 {
             return false;
@@ -121,6 +121,9 @@ impl Spin {
             // after its own wake-up, so a short probe could never see two parked sides that
             // would both spin again find each other.
             budget = max;
+        }
+        if !eligible() {
+            return false;
         }
         let t0 = Instant::now();
         let won = 'spin: loop {
@@ -260,7 +263,8 @@ impl AsyncRead for AsyncReader {
                         // is empty: end of file.
                         return Poll::Ready(Ok(()));
                     }
-                    if peer_elsewhere(&reader.end) && self.spin.until(|| !reader.is_empty()) {
+                    let eligible = || peer_elsewhere(&reader.end);
+                    if self.spin.until(eligible, || !reader.is_empty()) {
                         continue; // data came while we watched: no trip through the reactor
                     }
                     // Clears only what this guard saw: an edge that came meanwhile stays.
@@ -338,7 +342,8 @@ impl AsyncWriter {
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
-                    if peer_elsewhere(&writer.end) && self.spin.until(|| writer.free() > 0) {
+                    let eligible = || peer_elsewhere(&writer.end);
+                    if self.spin.until(eligible, || writer.free() > 0) {
                         continue; // room came while we watched: no trip through the reactor
                     }
                     guard.clear_ready();
@@ -392,13 +397,13 @@ mod tests {
     #[test]
     fn the_spin_budget_grows_on_success_collapses_on_failure_and_probes_at_zero() {
         let s = Spin::new(Some(Duration::from_micros(100)));
-        assert!(s.until(|| true));
+        assert!(s.until(|| true, || true));
         assert_eq!(s.budget_ns.load(Relaxed), 100_000, "capped at the ceiling");
-        assert!(!s.until(|| false));
+        assert!(!s.until(|| true, || false));
         assert_eq!(s.budget_ns.load(Relaxed), 25_000);
-        assert!(!s.until(|| false));
+        assert!(!s.until(|| true, || false));
         assert_eq!(s.budget_ns.load(Relaxed), 6_250);
-        assert!(!s.until(|| false));
+        assert!(!s.until(|| true, || false));
         assert_eq!(s.budget_ns.load(Relaxed), 0, "below the floor: off");
         // Off: 15 waits do not even look, the 16th probes (for the whole ceiling).
         let looked = std::sync::atomic::AtomicU32::new(0);
@@ -407,17 +412,17 @@ mod tests {
             true
         };
         for _ in 0..15 {
-            assert!(!s.until(probe));
+            assert!(!s.until(|| true, probe));
         }
         assert_eq!(looked.load(Relaxed), 0);
-        assert!(s.until(probe));
+        assert!(s.until(|| true, probe));
         assert_eq!(
             s.budget_ns.load(Relaxed),
             100_000,
             "a won probe restores the ceiling"
         );
         s.set_max(None);
-        assert!(!s.until(|| true), "no ceiling: never spins");
+        assert!(!s.until(|| true, || true), "no ceiling: never spins");
         assert_eq!(s.max(), None);
     }
 }

@@ -4,7 +4,10 @@
 use pagepipe::dontcache::{Mode, Writer, MIN_WINDOW};
 use std::fs::File;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "support/children.rs"]
+mod children;
 
 #[test]
 fn a_forked_child_gets_its_own_flusher() {
@@ -14,43 +17,20 @@ fn a_forked_child_gets_its_own_flusher() {
     let mut parent =
         Writer::with_mode(File::create(dir.join("parent")).unwrap(), Mode::Fallback).unwrap();
     parent.write_all(b"started").unwrap();
-    // SAFETY: the child only runs this test's code and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let ok = std::panic::catch_unwind(|| {
-            let file = File::create(dir.join("child")).unwrap();
-            let mut w = Writer::with_mode(file, Mode::Fallback)
-                .unwrap()
-                .with_window(MIN_WINDOW);
-            for _ in 0..64 {
-                w.write_all(&[1u8; 65536]).unwrap(); // 4 MiB: 16 windows
-            }
-            w.finish().unwrap();
-        })
-        .is_ok();
-        // SAFETY: leaves the child at once, running no destructors of the parent's state.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid on our own child with a valid status pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if rc == pid {
-            break;
+    let pid = children::fork(|| {
+        let file = File::create(dir.join("child")).unwrap();
+        let mut w = Writer::with_mode(file, Mode::Fallback)
+            .unwrap()
+            .with_window(MIN_WINDOW);
+        for _ in 0..64 {
+            w.write_all(&[1u8; 65536]).unwrap(); // 4 MiB: 16 windows
         }
-        if Instant::now() > deadline {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the forked child's writer hung waiting for its window");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        w.finish().unwrap();
+        0
+    });
+    // A child whose writer waits forever for its window is killed, and the test fails.
+    let status = children::reap_within(pid, Duration::from_secs(60));
     parent.finish().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child failed: status {status}"
-    );
+    assert_eq!(status, 0, "child failed: status {status}");
 }

@@ -6,6 +6,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+#[path = "support/children.rs"]
+mod children;
+use children::{child, fork, fork_raw, kill, reap_within};
+
 /// Bound for "nothing hangs": far above the 100 ms detection the design promises, so a loaded
 /// machine does not fail the test; the benchmark measures the real detection times.
 const HANG: Duration = Duration::from_secs(10);
@@ -18,58 +22,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Forks; the child runs `f` and exits with its result (1 on panic) without running the
-/// parent's destructors. What `f` captures by move is dropped in the parent when this returns.
-fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
-    let pid = fork_raw();
-    if pid == 0 {
-        child(f);
-    }
-    pid
-}
-
-/// `fork(2)`: 0 in the child, which must end with [`child`].
-fn fork_raw() -> libc::pid_t {
-    // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
-    // in a child) and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    pid
-}
-
-/// Runs `f` in a forked child and exits with its result (1 on panic).
-fn child(f: impl FnOnce() -> i32) -> ! {
-    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(1);
-    // SAFETY: leaves the child at once.
-    unsafe { libc::_exit(code) }
-}
-
 /// Waits for `pid` (killing it after HANG) and returns its exit code, or 128 + signal.
 fn reap(pid: libc::pid_t) -> i32 {
-    let deadline = Instant::now() + HANG;
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid on our own child with a valid status pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if rc == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            kill(pid);
-            panic!("child {pid} hung");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    }
-}
-
-fn kill(pid: libc::pid_t) {
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    reap_within(pid, HANG)
 }
 
 /// A kernel pipe used to tell the parent that a child reached a point.

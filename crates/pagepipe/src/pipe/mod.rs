@@ -270,7 +270,7 @@ impl Shared {
 
     /// Whether this process holds an end of `side` (a live handle of it, as far as `local`
     /// knows: an end this process dropped, or never had, is not held).
-    #[cfg(not(loom))]
+    #[cfg(all(not(loom), feature = "tokio"))]
     pub(crate) fn holds(&self, side: usize) -> bool {
         let slot = &self.local[side];
         slot.lock()

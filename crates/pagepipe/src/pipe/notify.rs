@@ -30,7 +30,7 @@ use super::writer::broken_pipe;
 use super::{check_indices, End, Reader, Shared, WriteGuard};
 use crate::lock;
 use crate::region::{invalid, Header, LOSS, R, RELEASED};
-use crate::ring::{self, ONE};
+use crate::ring;
 use crate::sync::{fence, Arc, Ordering};
 use crate::sys::PAGE_SIZE;
 use std::io;
@@ -346,17 +346,11 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
     // nobody reads or writes its page; rec.len() <= 127 < PAGE_SIZE; `rec` is our own buffer.
     unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), ring.page(pos), rec.len()) };
     slot.start.store(0, Ordering::Relaxed);
-    slot.state.store(rec.len() as u64, Ordering::Relaxed);
-    let bytes = &h.head.bytes;
-    bytes.store(
-        bytes.load(Ordering::Relaxed).wrapping_add(rec.len() as u64),
-        Ordering::Relaxed,
-    );
-    // Release: pairs with the reader's Acquire load of head (`read_records`), publishing the
-    // record's bytes and slot state. SeqCst: as for data publications (End::enable_polling).
-    let old = h.head.word.fetch_add(ONE, Ordering::SeqCst);
+    slot.state.store(rec.len() as u64, Ordering::Relaxed); // no flag: records never merge
+                                                           // Published as data slots are (the reader's Acquire load of head in `read_records` pairs
+                                                           // with it).
+    super::writer::publish(sh, 1, rec.len());
     ws.head += 1;
-    sh.wake_readers_if_waiting(old);
     Ok(true)
 }
 

@@ -256,6 +256,7 @@ fn consume(
     let ring = rs.ring();
     let mut n = 0;
     let mut error = None;
+    let mut next_fetched = false; // whether the slot at `tail` was prefetched as the next one
     while n < max {
         if tail == head {
             // Acquire: pairs with the writer's Release head RMW, publishing the slot and page.
@@ -269,9 +270,12 @@ fn consume(
             }
         }
         // The slot's line and its data's first line travel together (and the next slot's
-        // while this one is copied), rather than one miss after another.
-        ring.prefetch(tail);
-        if tail + 1 != head {
+        // while this one is copied), rather than one miss after another; each slot once.
+        if !next_fetched {
+            ring.prefetch(tail);
+        }
+        next_fetched = tail + 1 != head;
+        if next_fetched {
             ring.prefetch(tail + 1);
         }
         let (pos, slot) = ring.slot(tail);

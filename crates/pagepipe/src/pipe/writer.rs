@@ -431,7 +431,7 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
 }
 
 /// Publishes the next `n` staged slots, holding `bytes` in all, and wakes a sleeping reader.
-fn publish(sh: &Shared, n: u64, bytes: usize) {
+pub(crate) fn publish(sh: &Shared, n: u64, bytes: usize) {
     if n == 0 {
         return;
     }

@@ -1,0 +1,61 @@
+//! Forked children for the tests that need another process (`#[path]`-included: not a test of
+//! its own): fork, run a closure in the child, and reap it without ever hanging the suite.
+#![allow(dead_code)] // each test file uses what it needs
+
+use std::time::{Duration, Instant};
+
+/// Forks; the child runs `f` and exits with its result (1 on panic) without running the
+/// parent's destructors. What `f` captures by move is dropped in the parent when this returns.
+pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
+    let pid = fork_raw();
+    if pid == 0 {
+        child(f);
+    }
+    pid
+}
+
+/// `fork(2)`: 0 in the child, which must end with [`child`].
+pub fn fork_raw() -> libc::pid_t {
+    // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
+    // in a child) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    pid
+}
+
+/// Runs `f` in a forked child and exits with its result (1 on panic).
+pub fn child(f: impl FnOnce() -> i32) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(1);
+    // SAFETY: leaves the child at once, running no destructors of the parent's state.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for `pid`, killing it (and panicking) after `hang`; returns its exit code, or 128 +
+/// the signal that ended it.
+pub fn reap_within(pid: libc::pid_t, hang: Duration) -> i32 {
+    let deadline = Instant::now() + hang;
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            break;
+        }
+        if Instant::now() > deadline {
+            kill(pid);
+            panic!("child {pid} hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+/// SIGKILLs our child `pid`.
+pub fn kill(pid: libc::pid_t) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
