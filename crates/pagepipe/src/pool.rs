@@ -191,6 +191,7 @@ thread_local! {
 
 #[cfg(not(loom))]
 extern "C" fn before_fork() {
+    crate::pipe::before_fork();
     let guard = registry();
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
 }

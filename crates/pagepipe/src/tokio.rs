@@ -39,13 +39,15 @@
 //! # }
 //! ```
 
+use crate::pipe::{End, FULL, READABLE};
 use crate::{Reader, Writer};
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -161,11 +163,23 @@ impl<T> AsRawFd for Registered<T> {
     }
 }
 
-fn register<T: AsFd>(end: T, interest: Interest) -> io::Result<AsyncFd<Registered<T>>> {
+fn register<T>(
+    end: T,
+    pipe_end: &Arc<End>,
+    interest: Interest,
+) -> io::Result<AsyncFd<Registered<T>>> {
+    End::adapt(pipe_end);
+    let which = if interest.is_readable() {
+        READABLE
+    } else {
+        FULL
+    };
     // A duplicate: one process's handles of an end share one descriptor, and epoll registers
     // a descriptor once per instance; a duplicate (the same open pipe) is a registration of its
-    // own, and it stays open exactly as long as `end` does.
-    let fd = end.as_fd().try_clone_to_owned()?;
+    // own, and it stays open exactly as long as `end` does. The end's signal descriptor, not
+    // `as_fd`: that would make every transition pay for an exact descriptor even while the
+    // pipe is confined to this process (see `End::adapt`).
+    let fd = pipe_end.signal(which).try_clone_to_owned()?;
     // SAFETY: `Registered::as_raw_fd` always returns `fd`, which the `Registered` owns: it is
     // open and refers to the same pipe until the `Registered` is dropped, which happens only
     // after `AsyncFd` deregistered it (on drop, or in `into_inner` before handing it back).
@@ -191,7 +205,10 @@ impl AsyncReader {
     /// tokio runtime with IO enabled, as [`AsyncFd::new`] does.
     pub fn new(reader: Reader) -> io::Result<AsyncReader> {
         Ok(AsyncReader {
-            inner: register(reader, Interest::READABLE)?,
+            inner: {
+                let end = reader.end.clone();
+                register(reader, &end, Interest::READABLE)?
+            },
             spin: Spin::new(Some(DEFAULT_SPIN)),
         })
     }
@@ -241,37 +258,41 @@ impl AsyncRead for AsyncReader {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
+        let this = &*self;
+        let reader = &this.inner.get_ref().end;
         loop {
-            let mut guard = ready!(self.inner.poll_read_ready(cx))?;
-            let reader = &guard.get_inner().end;
             match reader.try_read(buf.initialize_unfilled()) {
                 Ok(n) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !reader.is_empty() {
-                        // Data is queued but another holder has the read side (a chunk, a
-                        // resize, a concurrent read): the descriptor stays readable, so no
-                        // edge will come; try again after other tasks ran.
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
-                    }
-                    if guard.ready().is_read_closed() {
-                        // The kernel reported POLLHUP: no writer is left in any process (one
-                        // that was killed bumped nothing that try_read looks at), and the ring
-                        // is empty: end of file.
-                        return Poll::Ready(Ok(()));
-                    }
-                    let eligible = || peer_elsewhere(&reader.end);
-                    if self.spin.until(eligible, || !reader.is_empty()) {
-                        continue; // data came while we watched: no trip through the reactor
-                    }
-                    // Clears only what this guard saw: an edge that came meanwhile stays.
-                    guard.clear_ready();
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
+            if !reader.is_empty() {
+                // Data is queued but another holder has the read side (a chunk, a resize, a
+                // concurrent read): no wake-up will come; try again after other tasks ran.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let eligible = || peer_elsewhere(&reader.end);
+            if this.spin.until(eligible, || !reader.is_empty()) {
+                continue; // data came while we watched: no trip through the reactor
+            }
+            // A writer of this process wakes us directly; one elsewhere through the reactor.
+            reader.end.shared.wakers[READABLE].register(cx.waker());
+            if !reader.is_empty() {
+                continue; // the recheck of the wakers' protocol
+            }
+            let mut guard = ready!(this.inner.poll_read_ready(cx))?;
+            if guard.ready().is_read_closed() && reader.is_empty() {
+                // The kernel reported POLLHUP: no writer is left in any process (one that was
+                // killed bumped nothing that try_read looks at), and the ring is empty: end of
+                // file.
+                return Poll::Ready(Ok(()));
+            }
+            // Clears only what this guard saw: an edge that came meanwhile stays.
+            guard.clear_ready();
         }
     }
 }
@@ -294,7 +315,10 @@ impl AsyncWriter {
     /// As [`AsyncReader::new`].
     pub fn new(writer: Writer) -> io::Result<AsyncWriter> {
         Ok(AsyncWriter {
-            inner: register(writer, Interest::WRITABLE)?,
+            inner: {
+                let end = writer.end.clone();
+                register(writer, &end, Interest::WRITABLE)?
+            },
             spin: Spin::new(Some(DEFAULT_SPIN)),
         })
     }
@@ -324,7 +348,27 @@ impl AsyncWriter {
         cx: &mut Context<'_>,
         write: impl Fn(&Writer) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
+        let writer = &self.inner.get_ref().end;
         loop {
+            match write(writer) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                result => return Poll::Ready(result),
+            }
+            if writer.free() > 0 {
+                // Room, but another holder has the write side: no wake-up will come; try
+                // again after other tasks ran.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let eligible = || peer_elsewhere(&writer.end);
+            if self.spin.until(eligible, || writer.free() > 0) {
+                continue; // room came while we watched: no trip through the reactor
+            }
+            // A reader of this process wakes us directly; one elsewhere through the reactor.
+            writer.end.shared.wakers[FULL].register(cx.waker());
+            if writer.free() > 0 {
+                continue; // the recheck of the wakers' protocol
+            }
             let mut guard = ready!(self.inner.poll_write_ready(cx))?;
             if guard.ready().is_write_closed() {
                 // The kernel reported POLLERR: no reader is left in any process.
@@ -333,23 +377,7 @@ impl AsyncWriter {
                     "pipe has no reader left",
                 )));
             }
-            let writer = &guard.get_inner().end;
-            match write(writer) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if writer.free() > 0 {
-                        // Room, but another holder has the write side: the descriptor stays
-                        // writable, so no edge will come; try again after other tasks ran.
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
-                    }
-                    let eligible = || peer_elsewhere(&writer.end);
-                    if self.spin.until(eligible, || writer.free() > 0) {
-                        continue; // room came while we watched: no trip through the reactor
-                    }
-                    guard.clear_ready();
-                }
-                result => return Poll::Ready(result),
-            }
+            guard.clear_ready();
         }
     }
 }
@@ -424,5 +452,38 @@ mod tests {
         s.set_max(None);
         assert!(!s.until(|| true, || true), "no ceiling: never spins");
         assert_eq!(s.max(), None);
+    }
+
+    #[test]
+    fn a_confined_pipe_leaves_its_descriptors_alone_until_an_end_leaves() {
+        use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = ::tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_io()
+            .build()
+            .unwrap();
+        let (w, r) = crate::pipe().unwrap();
+        let shared = w.end.shared.clone();
+        let polled = || shared.header().polled.each_ref().map(|p| p.load(Relaxed));
+        rt.block_on(async {
+            let (mut w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+            let echo = ::tokio::spawn(async move {
+                let mut b = [0u8; 1];
+                for _ in 0..1000 {
+                    r.read_exact(&mut b).await.unwrap();
+                }
+                r
+            });
+            for _ in 0..1000 {
+                w.write_all(b"x").await.unwrap();
+            }
+            let r = echo.await.unwrap();
+            assert_eq!(polled(), [0, 0], "no descriptor kept exact while confined");
+            assert!(shared.confined());
+            shared.expose(); // as a send does
+            assert!(!shared.confined());
+            assert_eq!(polled(), [1, 1], "both adapted ends now exact");
+            drop((w, r));
+        });
     }
 }

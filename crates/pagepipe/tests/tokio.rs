@@ -288,3 +288,69 @@ fn killed_reader_process_is_broken_pipe() {
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }));
 }
+
+#[path = "support/children.rs"]
+mod children;
+
+/// Within one process the adapters wake each other directly and leave the descriptors alone;
+/// a fork while a task waits must switch them to the descriptors before the child can make
+/// the transition the task waits for: a reader waiting for data, a writer waiting for room.
+#[test]
+fn a_fork_while_tasks_wait_reaches_them_through_their_descriptors() {
+    let (w, r) = pagepipe::pipe().unwrap();
+    let (w2, r2) = pagepipe::Builder::new().capacity(4096).build().unwrap();
+    runtime().block_on(bounded(async {
+        let mut r = AsyncReader::new(r).unwrap();
+        let reading = tokio::spawn(async move {
+            let mut got = [0u8; 4];
+            r.read_exact(&mut got).await.map(|_| got)
+        });
+        let mut w2 = AsyncWriter::new(w2).unwrap();
+        w2.write_all(&[7u8; 4096]).await.unwrap();
+        let writing = tokio::spawn(async move { w2.write_all(b"room").await });
+        tokio::time::sleep(Duration::from_millis(50)).await; // both tasks now wait
+        assert!(!reading.is_finished() && !writing.is_finished());
+        // The parent keeps its own writer and reader: no close wakes the tasks.
+        let w_child = w.clone();
+        let r_child = r2.clone();
+        let pid = children::fork(move || {
+            let mut w = w_child;
+            let mut r = r_child;
+            let mut buf = [0u8; 4096];
+            let ok =
+                w.write_all(b"fork").is_ok() && std::io::Read::read_exact(&mut r, &mut buf).is_ok();
+            i32::from(!ok)
+        });
+        assert_eq!(reading.await.unwrap().unwrap(), *b"fork");
+        writing.await.unwrap().unwrap();
+        assert_eq!(children::reap_within(pid, LIMIT), 0);
+        drop((w, r2));
+    }));
+}
+
+/// The same for an end sent over a socket to a process forked before the pipe existed: the
+/// send switches the waiting task to its descriptor.
+#[test]
+fn an_end_sent_while_a_task_waits_reaches_it_through_its_descriptor() {
+    let (here, there) = std::os::unix::net::UnixStream::pair().unwrap();
+    let child_end = there.try_clone().unwrap();
+    let pid = children::fork(move || match pagepipe::Writer::recv_from(&child_end) {
+        Ok(mut w) => i32::from(w.write_all(b"sent").is_err()),
+        Err(_) => 2,
+    });
+    drop(there);
+    let (w, r) = pagepipe::pipe().unwrap(); // made after the fork: confined until the send
+    runtime().block_on(bounded(async {
+        let mut r = AsyncReader::new(r).unwrap();
+        let reading = tokio::spawn(async move {
+            let mut got = [0u8; 4];
+            r.read_exact(&mut got).await.map(|_| got)
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!reading.is_finished());
+        w.send_to(&here).unwrap(); // the parent keeps `w`: no close wakes the task
+        assert_eq!(reading.await.unwrap().unwrap(), *b"sent");
+        assert_eq!(children::reap_within(pid, LIMIT), 0);
+        drop(w);
+    }));
+}

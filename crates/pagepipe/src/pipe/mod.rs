@@ -64,6 +64,17 @@ pub(crate) struct Shared {
     /// state that either side may have to reflect in its descriptor.
     #[cfg(not(loom))]
     local: [std::sync::Mutex<std::sync::Weak<End>>; 2],
+    /// Tasks of this process waiting in an async adapter, indexed like the signal pipes:
+    /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
+    #[cfg(not(loom))]
+    pub(crate) wakers: [Wakers; 2],
+    /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
+    #[cfg(not(loom))]
+    born_forks: u64,
+    /// An end of this pipe left this process (sent over a socket, passed to a command) or
+    /// came from another (see [`Shared::confined`]).
+    #[cfg(not(loom))]
+    exposed: std::sync::atomic::AtomicBool,
     /// Ends open in this (only) process: loom's stand-in for the signal pipes.
     #[cfg(loom)]
     open: [crate::sync::AtomicUsize; 2],
@@ -242,6 +253,12 @@ impl Shared {
             idle_mark: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
             local: Default::default(),
+            #[cfg(not(loom))]
+            wakers: Default::default(),
+            #[cfg(not(loom))]
+            born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
+            #[cfg(not(loom))]
+            exposed: std::sync::atomic::AtomicBool::new(false),
             #[cfg(loom)]
             open: [
                 crate::sync::AtomicUsize::new(0),
@@ -259,6 +276,25 @@ impl Shared {
             crate::pool::register(weak);
         }
         shared
+    }
+
+    /// Whether every end of this pipe is in this process: it was made here, and neither did
+    /// this process fork since, nor did an end come from or go to another process. While it is,
+    /// the async adapters need no descriptor: every transition is made by this process, which
+    /// wakes them through [`Shared::wakers`].
+    #[cfg(not(loom))]
+    pub(crate) fn confined(&self) -> bool {
+        !self.exposed.load(std::sync::atomic::Ordering::Relaxed)
+            && FORKS.load(std::sync::atomic::Ordering::Relaxed) == self.born_forks
+    }
+
+    /// An end of this pipe is going to, or came from, another process: this process's async
+    /// adapters on it switch to exact descriptors (see [`End::adapt`]).
+    #[cfg(not(loom))]
+    pub(crate) fn expose(self: &Arc<Shared>) {
+        self.exposed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        exact_adapted(|end| Arc::ptr_eq(&end.shared, self));
     }
 
     /// Notes `end` as this process's end of its side (see `local`).
@@ -692,6 +728,88 @@ impl Shared {
     }
 }
 
+/// Async tasks of this process waiting for one transition of one pipe (data arriving, room
+/// appearing): the in-process half of the adapters' wake-up. A side that makes the transition
+/// in this process wakes them directly, with no system call and no trip through the reactor;
+/// one in another process cannot, and charges the signal pipe the task's descriptor watches
+/// (see [`End::sync`]), so the adapters wait for both.
+///
+/// Protocol (a store-load pair on each side): a waiter registers its waker and sets `waiting`
+/// (SeqCst), then rechecks the ring; an advancer publishes with its SeqCst index RMW, then
+/// loads `waiting` (SeqCst). In the single total order either the recheck sees the advance or
+/// the load sees the flag. Waking takes every registered waker and clears the flag under the
+/// list's lock, so a registration is consumed by exactly one wake.
+#[cfg(not(loom))]
+#[derive(Default)]
+pub(crate) struct Wakers {
+    /// Some waker is registered (a hint read on every advance: only waiters write it).
+    waiting: std::sync::atomic::AtomicBool,
+    list: std::sync::Mutex<Vec<std::task::Waker>>,
+}
+
+#[cfg(not(loom))]
+impl Wakers {
+    /// Registers `waker` (once, however often the same task registers) and raises the flag.
+    /// The caller rechecks the ring afterwards.
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.iter().any(|w| w.will_wake(waker)) {
+            list.push(waker.clone());
+        }
+        // SeqCst: the store half of the waiter's store-load pair (see the type's docs).
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Wakes every registered task, if any. Called after the advance it announces.
+    pub(crate) fn wake(&self) {
+        // SeqCst: the load half of the advancer's store-load pair (see the type's docs).
+        if !self.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let list = {
+            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            self.waiting
+                .store(false, std::sync::atomic::Ordering::Relaxed); // under the lock
+            std::mem::take(&mut *list)
+        };
+        for w in list {
+            w.wake();
+        }
+    }
+}
+
+/// Forks this process made, or that made it (counted before each fork, so parent and child
+/// both see the increment).
+#[cfg(not(loom))]
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Ends of this process that an async adapter ever wrapped (see [`End::adapt`]).
+#[cfg(not(loom))]
+static ADAPTED: std::sync::Mutex<Vec<std::sync::Weak<End>>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes the descriptors of the adapted ends that `which` selects exact (see [`End::adapt`]).
+#[cfg(not(loom))]
+fn exact_adapted(which: impl Fn(&End) -> bool) {
+    let ends: Vec<Arc<End>> = {
+        let mut list = ADAPTED.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    for end in ends.iter().filter(|e| which(e)) {
+        let _ = end.poll_fd();
+    }
+}
+
+/// Run before `fork(2)` (pthread_atfork's prepare handler, in the forking thread): after the
+/// fork a pipe may have ends in two processes, and an adapter's task parked in this one may
+/// wait for the other, which can only reach it through its descriptor.
+#[cfg(not(loom))]
+pub(crate) fn before_fork() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    exact_adapted(|_| true);
+}
+
 /// One process's hold on one end of a pipe: the handles (`Writer`, `Reader` and their clones)
 /// of that end in this process share it, and its drop is the process closing that end.
 pub(crate) struct End {
@@ -716,10 +834,10 @@ pub(crate) struct End {
 /// Index of the full signal pipe in `End::signals` and in the header's `polled` and `charged`
 /// (the writer's descriptor: [`W`]).
 #[cfg(not(loom))]
-const FULL: usize = W;
+pub(crate) const FULL: usize = W;
 /// Index of the readable signal pipe (the reader's descriptor: [`R`]).
 #[cfg(not(loom))]
-const READABLE: usize = R;
+pub(crate) const READABLE: usize = R;
 
 impl End {
     #[cfg(not(loom))]
@@ -775,6 +893,28 @@ impl End {
         self.signal(if self.side == R { READABLE } else { FULL })
     }
 
+    /// Wraps this end in an async adapter. While its pipe is [confined](Shared::confined) to
+    /// this process, transitions wake the adapter's tasks directly and its descriptor is
+    /// left as it is (no system call per transition); otherwise, or as soon as the pipe stops
+    /// being confined, the descriptor is made exact ([`End::poll_fd`]) and every process's
+    /// transitions reach the adapter through the reactor as well.
+    ///
+    /// A pipe stops being confined only through this process (a fork, a send), and each way
+    /// first notes it (`FORKS`, `exposed`) and then makes every end in `ADAPTED` exact; an
+    /// adapter registers in `ADAPTED` and then looks at the notes. Both under `ADAPTED`'s lock,
+    /// so one of the two sees the other.
+    #[cfg(not(loom))]
+    pub(crate) fn adapt(end: &Arc<End>) {
+        {
+            let mut list = ADAPTED.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|w| w.strong_count() > 0);
+            list.push(Arc::downgrade(end));
+        }
+        if !end.shared.confined() {
+            let _ = end.poll_fd();
+        }
+    }
+
     /// Starts keeping this end's descriptor exact, in every process: sets the region's `polled`
     /// flag for this side and brings the descriptor to the ring's state. Only this side can:
     /// while nobody polls, the readable pipe holds its byte (a reader removes it if the ring is
@@ -804,6 +944,9 @@ impl End {
     /// the last change leaves both descriptors exact. At most one syscall per transition.
     #[cfg(not(loom))]
     pub(crate) fn sync(&self) {
+        // This side's transitions are the other side's wake-ups: a writer brings data, a
+        // reader room.
+        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
         let h = self.shared.header();
         // SeqCst: see enable_polling.
         if h.polled[R].load(Ordering::SeqCst) == 0 && h.polled[W].load(Ordering::SeqCst) == 0 {
@@ -968,6 +1111,10 @@ impl Drop for End {
         } else {
             h.writable.wake_all();
         }
+        // Tasks of this process waiting on the other side see the close at once (those in
+        // other processes by their descriptor's POLLHUP or POLLERR).
+        #[cfg(not(loom))]
+        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
     }
 }
 

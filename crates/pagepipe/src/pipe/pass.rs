@@ -37,6 +37,7 @@ impl End {
         let mut msg = [0u8; 7];
         msg[..6].copy_from_slice(TAG);
         msg[6] = self.side() as u8;
+        self.shared.expose();
         sys::send_fds(sock.as_fd(), &msg, &self.raw_fds())
     }
 
@@ -73,7 +74,9 @@ impl End {
             check_signal(fd.as_fd(), side)?;
         }
         let region = Region::attach(memfd)?;
-        Ok(End::new(Shared::open(region), side, signals))
+        let shared = Shared::open(region);
+        shared.expose();
+        Ok(End::new(shared, side, signals))
     }
 
     fn pass_to(self: &Arc<End>, cmd: &mut Command, var: &str) -> io::Result<()> {
@@ -84,6 +87,7 @@ impl End {
             ));
         }
         let fds = self.raw_fds();
+        self.shared.expose();
         let [m, a, b] = fds;
         cmd.env(
             var,
