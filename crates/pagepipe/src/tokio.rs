@@ -2,6 +2,13 @@
 //! [`AsyncRead`] and [`AsyncWrite`] over a pipe end's readiness descriptor (see [`Reader`]'s
 //! `AsFd`), registered with tokio's reactor through [`AsyncFd`].
 //!
+//! A waiting task is woken directly by the side of this process that makes the transition it
+//! waits for (no system call, no trip through the reactor), and by the reactor when that side
+//! is in another process. While a pipe is confined to the process that made it (no fork since,
+//! no end sent, passed or received) the adapters leave its descriptors alone, so transitions
+//! cost no system call; a fork, a send or a pass switches them to exact descriptors first (see
+//! the README, "Readiness and async").
+//!
 //! Before an adapter returns `Pending` it spins a little, adaptively, watching the ring (no
 //! syscall): a peer that answers within microseconds (a ping-pong, a stream whose other side
 //! is running) is seen without the reactor's round trip through `epoll_wait` and a sleeping
