@@ -206,3 +206,40 @@ fn loom_loss_flag_races_the_release_of_the_last_record() {
         assert_eq!(got, expect);
     });
 }
+
+/// A waker that records that it was woken (a loom atomic, so the model sees the store).
+struct Flag(loom::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn loom_async_waiter_is_woken_or_sees_the_data() {
+    loom::model(|| {
+        // The adapters' in-process wait: a task that found the ring empty registers its waker,
+        // rechecks, and parks only if still empty; the writer publishes, then wakes. A task
+        // that parks must be woken.
+        let (mut w, r) = one_slot_pipe();
+        let flag = std::sync::Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = std::task::Waker::from(flag.clone());
+        let t = thread::spawn(move || {
+            w.write_all(b"x").unwrap();
+            w
+        });
+        let parked = r.is_empty() && {
+            r.end.shared.wakers[super::READABLE].register(&waker);
+            r.is_empty()
+        };
+        let w = t.join().unwrap();
+        if parked {
+            assert!(
+                flag.0.load(std::sync::atomic::Ordering::SeqCst),
+                "a parked task was not woken"
+            );
+        }
+        drop((w, r));
+    });
+}

@@ -66,10 +66,10 @@ pub(crate) struct Shared {
     local: [std::sync::Mutex<std::sync::Weak<End>>; 2],
     /// Tasks of this process waiting in an async adapter, indexed like the signal pipes:
     /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
-    #[cfg(not(loom))]
     pub(crate) wakers: [Wakers; 2],
     /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
     #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
     born_forks: u64,
     /// An end of this pipe left this process (sent over a socket, passed to a command) or
     /// came from another (see [`Shared::confined`]).
@@ -253,8 +253,7 @@ impl Shared {
             idle_mark: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
             local: Default::default(),
-            #[cfg(not(loom))]
-            wakers: Default::default(),
+            wakers: [Wakers::default(), Wakers::default()],
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(loom))]
@@ -283,6 +282,7 @@ impl Shared {
     /// the async adapters need no descriptor: every transition is made by this process, which
     /// wakes them through [`Shared::wakers`].
     #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
     pub(crate) fn confined(&self) -> bool {
         !self.exposed.load(std::sync::atomic::Ordering::Relaxed)
             && FORKS.load(std::sync::atomic::Ordering::Relaxed) == self.born_forks
@@ -734,43 +734,51 @@ impl Shared {
 /// one in another process cannot, and charges the signal pipe the task's descriptor watches
 /// (see [`End::sync`]), so the adapters wait for both.
 ///
-/// Protocol (a store-load pair on each side): a waiter registers its waker and sets `waiting`
-/// (SeqCst), then rechecks the ring; an advancer publishes with its SeqCst index RMW, then
+/// Protocol (a store-load pair on each side): a waiter registers its waker, sets `waiting`
+/// (SeqCst) and issues a SeqCst fence, then rechecks the ring; an advancer publishes with its SeqCst index RMW, then
 /// loads `waiting` (SeqCst). In the single total order either the recheck sees the advance or
 /// the load sees the flag. Waking takes every registered waker and clears the flag under the
 /// list's lock, so a registration is consumed by exactly one wake.
-#[cfg(not(loom))]
 #[derive(Default)]
 pub(crate) struct Wakers {
     /// Some waker is registered (a hint read on every advance: only waiters write it).
-    waiting: std::sync::atomic::AtomicBool,
-    list: std::sync::Mutex<Vec<std::task::Waker>>,
+    waiting: crate::sync::AtomicBool,
+    list: crate::sync::Mutex<Vec<std::task::Waker>>,
 }
 
-#[cfg(not(loom))]
 impl Wakers {
     /// Registers `waker` (once, however often the same task registers) and raises the flag.
     /// The caller rechecks the ring afterwards.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
     pub(crate) fn register(&self, waker: &std::task::Waker) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         if !list.iter().any(|w| w.will_wake(waker)) {
             list.push(waker.clone());
         }
         // SeqCst: the store half of the waiter's store-load pair (see the type's docs).
-        self.waiting
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.waiting.store(true, Ordering::SeqCst);
+        // SeqCst fence: the caller's recheck loads the indices with Acquire only; after this
+        // fence it sees any SeqCst advance that precedes the fence in the total order, and an
+        // advance that follows it follows our store too, so its load of `waiting` sees it
+        // (loom found the lost wake-up without it).
+        crate::sync::fence(Ordering::SeqCst);
     }
 
     /// Wakes every registered task, if any. Called after the advance it announces.
     pub(crate) fn wake(&self) {
+        // loom treats SeqCst accesses as AcqRel (its documented limitation), so it cannot see
+        // the order between the advance's SeqCst RMW and this SeqCst load that the memory
+        // model guarantees (and that x86's locked RMW, a full barrier, gives for free); this
+        // fence stands in for it in the model only.
+        #[cfg(loom)]
+        crate::sync::fence(Ordering::SeqCst);
         // SeqCst: the load half of the advancer's store-load pair (see the type's docs).
-        if !self.waiting.load(std::sync::atomic::Ordering::SeqCst) {
+        if !self.waiting.load(Ordering::SeqCst) {
             return;
         }
         let list = {
             let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-            self.waiting
-                .store(false, std::sync::atomic::Ordering::Relaxed); // under the lock
+            self.waiting.store(false, Ordering::Relaxed); // under the lock
             std::mem::take(&mut *list)
         };
         for w in list {
@@ -833,10 +841,8 @@ pub(crate) struct End {
 
 /// Index of the full signal pipe in `End::signals` and in the header's `polled` and `charged`
 /// (the writer's descriptor: [`W`]).
-#[cfg(not(loom))]
 pub(crate) const FULL: usize = W;
 /// Index of the readable signal pipe (the reader's descriptor: [`R`]).
-#[cfg(not(loom))]
 pub(crate) const READABLE: usize = R;
 
 impl End {
@@ -904,6 +910,7 @@ impl End {
     /// adapter registers in `ADAPTED` and then looks at the notes. Both under `ADAPTED`'s lock,
     /// so one of the two sees the other.
     #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
     pub(crate) fn adapt(end: &Arc<End>) {
         {
             let mut list = ADAPTED.lock().unwrap_or_else(|e| e.into_inner());
@@ -961,7 +968,9 @@ impl End {
     }
 
     #[cfg(loom)]
-    pub(crate) fn sync(&self) {}
+    pub(crate) fn sync(&self) {
+        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
+    }
 
     /// The body of [`End::sync`], with `sig_lock` held.
     #[cfg(not(loom))]
@@ -1113,7 +1122,6 @@ impl Drop for End {
         }
         // Tasks of this process waiting on the other side see the close at once (those in
         // other processes by their descriptor's POLLHUP or POLLERR).
-        #[cfg(not(loom))]
         self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
     }
 }
