@@ -764,7 +764,9 @@ impl Wakers {
         crate::sync::fence(Ordering::SeqCst);
     }
 
-    /// Wakes every registered task, if any. Called after the advance it announces.
+    /// Wakes every registered task, if any. Called after the advance it announces: inlined,
+    /// so that a pipe nobody waits on pays one load and a branch per transition.
+    #[inline(always)]
     pub(crate) fn wake(&self) {
         // loom treats SeqCst accesses as AcqRel (its documented limitation), so it cannot see
         // the order between the advance's SeqCst RMW and this SeqCst load that the memory
@@ -773,9 +775,14 @@ impl Wakers {
         #[cfg(loom)]
         crate::sync::fence(Ordering::SeqCst);
         // SeqCst: the load half of the advancer's store-load pair (see the type's docs).
-        if !self.waiting.load(Ordering::SeqCst) {
-            return;
+        if self.waiting.load(Ordering::SeqCst) {
+            self.wake_all();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_all(&self) {
         let list = {
             let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
             self.waiting.store(false, Ordering::Relaxed); // under the lock
@@ -950,15 +957,24 @@ impl End {
     /// serialized by `sig_lock` and each rereads the indices under it, so the last sync after
     /// the last change leaves both descriptors exact. At most one syscall per transition.
     #[cfg(not(loom))]
+    #[inline]
     pub(crate) fn sync(&self) {
         // This side's transitions are the other side's wake-ups: a writer brings data, a
         // reader room.
         self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
         let h = self.shared.header();
         // SeqCst: see enable_polling.
-        if h.polled[R].load(Ordering::SeqCst) == 0 && h.polled[W].load(Ordering::SeqCst) == 0 {
-            return;
+        if h.polled[R].load(Ordering::SeqCst) != 0 || h.polled[W].load(Ordering::SeqCst) != 0 {
+            self.sync_polled();
         }
+    }
+
+    /// The rest of [`End::sync`], once some process polls.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn sync_polled(&self) {
+        let h = self.shared.header();
         let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
             return;
         };
