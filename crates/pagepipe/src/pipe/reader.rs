@@ -198,6 +198,15 @@ impl Reader {
             // mutably and which cannot overlap the region's mapping.
             unsafe { std::ptr::copy_nonoverlapping(src, dst.add(off), len) }
         };
+        if !nonblocking {
+            // A reader that waits for a reply usually finds the ring empty: wait for data
+            // before taking the side, not after a lock, an empty consume and an unlock. (The
+            // wait returns at once if data or end of file is there; the loop decides.)
+            let (head, tail) = sh.indices();
+            if head == tail {
+                self.end.wait_readable(deadline)?;
+            }
+        }
         loop {
             let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
             let n = consume(sh, &mut rs, max, true, copy)?;
