@@ -313,7 +313,9 @@ impl<'a> Source<'a> {
 fn merge(sh: &Shared, ws: &WriteGuard<'_>, src: &mut Source<'_>) -> io::Result<usize> {
     let ring = ws.ring();
     let ss = ring.slot_size();
-    let chars = src.len() % ss;
+    // A mask, not `%` (a division on the path of every small write): slot sizes are powers of
+    // two (`check_slot_size`, at creation and attach).
+    let chars = src.len() & (ss - 1);
     if chars == 0 || ws.head == ws.cached_tail {
         return Ok(0); // nothing to merge, or certainly empty (cached_tail <= tail <= head)
     }
