@@ -19,8 +19,20 @@ pub fn fork_raw() -> libc::pid_t {
     // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
     // in a child) and leaves with _exit.
     let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     pid
+}
+
+/// Forks a child that holds `keep` (as a process that still has those ends open) and sleeps
+/// until it is killed, never dropping it. The parent's `keep` is dropped when this returns.
+pub fn holding<T>(keep: T) -> libc::pid_t {
+    fork(move || {
+        let _held = keep;
+        loop {
+            // SAFETY: pause(2) has no preconditions; the parent kills us.
+            unsafe { libc::pause() };
+        }
+    })
 }
 
 /// Runs `f` in a forked child and exits with its result (1 on panic).
@@ -52,6 +64,13 @@ pub fn reap_within(pid: libc::pid_t, hang: Duration) -> i32 {
     } else {
         128 + libc::WTERMSIG(status)
     }
+}
+
+/// SIGKILLs our child `pid` and reaps it within `hang`: its exit code, or 128 + the signal
+/// that ended it (128 + SIGKILL unless it had already ended).
+pub fn kill_and_reap(pid: libc::pid_t, hang: Duration) -> i32 {
+    kill(pid);
+    reap_within(pid, hang)
 }
 
 /// SIGKILLs our child `pid`.
