@@ -9,17 +9,13 @@ use std::time::{Duration, Instant};
 
 #[path = "support/children.rs"]
 mod children;
+// One test at a time (`serial`): a child forked by one test keeps the ends of other tests'
+// pipes until its `_exit`, which no close counter sees (see
+// `try_read_after_a_writer_process_died_holding_its_end`): another test's reader would then
+// miss its end of file.
+use children::serial;
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// One test at a time: a child forked by one test inherits every descriptor of the pipes the
-/// other tests have open, and keeps them until its `_exit`, which no close counter sees (see
-/// `try_read_after_a_writer_process_died_holding_its_end`): another test's reader would then
-/// miss its end of file.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// An epoll instance watching one descriptor, edge-triggered.
 struct Epoll(RawFd);

@@ -13,6 +13,7 @@ mod peer;
 
 #[path = "support/children.rs"]
 mod children;
+use children::serial;
 
 use pagepipe::{Builder, Filter, Notification, Notifier, Reader, MAX_PAYLOAD};
 use proptest::prelude::*;
@@ -22,14 +23,6 @@ use std::time::Duration;
 
 /// Bound for reaping a child: a hang fails, a slow machine does not.
 const HANG: Duration = Duration::from_secs(60);
-
-/// Tests run one at a time: a child forked by one test inherits (and holds open) the ends of
-/// another test's pipes, which would keep that test's end of file or `BrokenPipe` from coming.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn note(kind: u32, subtype: u8, payload: &[u8]) -> Notification {
     Notification {

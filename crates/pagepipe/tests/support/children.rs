@@ -4,6 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+/// Runs a test binary's forking tests one at a time (a test holds the guard throughout): a
+/// child forked by one test inherits, and holds open until it ends, every end of the pipes the
+/// other tests have open, as children inherit `pipe(2)` descriptors, which would keep their end
+/// of file or `BrokenPipe` from coming. A test that panicked leaves the lock usable.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Forks; the child runs `f` and exits with its result (1 on panic) without running the
 /// parent's destructors. What `f` captures by move is dropped in the parent when this returns.
 pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
