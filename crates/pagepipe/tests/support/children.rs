@@ -26,7 +26,7 @@ pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
 /// `fork(2)`: 0 in the child, which must end with [`child`].
 pub fn fork_raw() -> libc::pid_t {
     // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
-    // in a child) and leaves with _exit.
+    // in a child) and leaves with _exit or is killed (`holding`).
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     pid
