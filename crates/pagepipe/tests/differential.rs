@@ -6,6 +6,10 @@ use pagepipe::{Builder, PoolPolicy, Reader, Writer};
 use proptest::prelude::*;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+#[path = "support/children.rs"]
+mod children;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -147,6 +151,9 @@ struct Remote {
     pid: libc::pid_t,
 }
 
+/// Bound for reaping the child: a hang fails, a slow machine does not.
+const HANG: Duration = Duration::from_secs(60);
+
 /// Held shared by every in-process case, exclusively around a fork (see [`run_with`]).
 static FORKS: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
@@ -164,16 +171,15 @@ impl Remote {
     fn spawn(w: &mut Option<Writer>, r: Reader) -> Remote {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let exclusive = FORKS.write().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the child runs only the server loop below and leaves with _exit.
-        let pid = unsafe { libc::fork() };
+        let pid = children::fork_raw();
         drop(exclusive);
-        assert!(pid >= 0);
         if pid == 0 {
-            drop(w.take());
-            drop(a);
-            serve(b, r);
-            // SAFETY: leaves the child without running the parent's destructors.
-            unsafe { libc::_exit(0) };
+            children::child(|| {
+                drop(w.take());
+                drop(a);
+                serve(b, r);
+                0
+            });
         }
         drop(r);
         Remote { sock: a, pid }
@@ -199,9 +205,13 @@ impl Remote {
 impl Drop for Remote {
     fn drop(&mut self) {
         let _ = self.sock.write_all(&[b'q'; 9]);
-        let mut status = 0;
-        // SAFETY: waitpid on our own child.
-        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        if std::thread::panicking() {
+            // A second panic would abort the run: the child is not waited for, only ended.
+            children::kill_and_reap(self.pid, HANG);
+        } else {
+            let code = children::reap_within(self.pid, HANG);
+            assert_eq!(code, 0, "the reader's process failed");
+        }
     }
 }
 

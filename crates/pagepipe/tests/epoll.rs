@@ -7,16 +7,15 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-const LIMIT: Duration = Duration::from_secs(60);
+#[path = "support/children.rs"]
+mod children;
+// One test at a time (`serial`): a child forked by one test keeps the ends of other tests'
+// pipes until its `_exit`, which no close counter sees (see
+// `try_read_after_a_writer_process_died_holding_its_end`): another test's reader would then
+// miss its end of file.
+use children::serial;
 
-/// One test at a time: a child forked by one test inherits every descriptor of the pipes the
-/// other tests have open, and keeps them until its `_exit`, which no close counter sees (see
-/// `try_read_after_a_writer_process_died_holding_its_end`): another test's reader would then
-/// miss its end of file.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// An epoll instance watching one descriptor, edge-triggered.
 struct Epoll(RawFd);
@@ -149,28 +148,24 @@ fn edge_triggered_reader_with_writer_processes() {
     let (mut w, mut r) = (Some(w), Some(r));
     let mut pids = Vec::new();
     for i in 0..WRITERS {
-        // SAFETY: the child only writes to the pipe, drops what it holds and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        let pid = children::fork_raw();
         if pid == 0 {
-            // A child holds every end its parent held, like pipe(2) descriptors: drop the
-            // reader, or end of file would never come.
-            drop(r.take());
-            let mut w = w.take().unwrap();
-            let ok = (0..PER).all(|seq| w.write_all(&record(i as u8, seq)).is_ok());
-            drop(w);
-            // SAFETY: leaves without running the parent's atexit handlers or test harness.
-            unsafe { libc::_exit(i32::from(!ok)) };
+            children::child(|| {
+                // A child holds every end its parent held, like pipe(2) descriptors: drop the
+                // reader, or end of file would never come.
+                drop(r.take());
+                let mut w = w.take().unwrap();
+                let ok = (0..PER).all(|seq| w.write_all(&record(i as u8, seq)).is_ok());
+                drop(w);
+                i32::from(!ok)
+            });
         }
         pids.push(pid);
     }
     drop(w);
     read_all_edge_triggered(r.as_ref().unwrap(), WRITERS, PER);
     for pid in pids {
-        let mut status = 0;
-        // SAFETY: our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert_eq!(children::reap_within(pid, LIMIT), 0);
     }
 }
 
@@ -230,26 +225,20 @@ fn edge_triggered_writer_on_a_small_pipe() {
 fn try_read_after_a_writer_process_died_holding_its_end() {
     let _serial = serial();
     let (w, r) = pagepipe::pipe().unwrap();
-    let mut w = Some(w);
-    // SAFETY: the child only waits for a byte and leaves with _exit, its writer still held.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        let _held = w.take();
+    // The parent's writer is dropped when `fork` returns.
+    let pid = children::fork(move || {
         std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: leaves without dropping anything, as a killed process would.
-        unsafe { libc::_exit(0) };
-    }
-    drop(w);
+        // Leaves without dropping its writer, as a killed process would.
+        std::mem::forget(w);
+        0
+    });
     let mut buf = [0u8; 8];
     // The writer is alive: WouldBlock (this call also asks the kernel once).
     assert_eq!(
         r.try_read(&mut buf).unwrap_err().kind(),
         io::ErrorKind::WouldBlock
     );
-    let mut status = 0;
-    // SAFETY: our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(children::reap_within(pid, LIMIT), 0);
     let mut pfd = libc::pollfd {
         fd: r.as_raw_fd(),
         events: libc::POLLIN,

@@ -11,19 +11,18 @@
 #[allow(dead_code)] // shared with tests/corrupt.rs and the fuzz target
 mod peer;
 
+#[path = "support/children.rs"]
+mod children;
+use children::serial;
+
 use pagepipe::{Builder, Filter, Notification, Notifier, Reader, MAX_PAYLOAD};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read};
 use std::time::Duration;
 
-/// Tests run one at a time: a child forked by one test inherits (and holds open) the ends of
-/// another test's pipes, which would keep that test's end of file or `BrokenPipe` from coming.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Bound for reaping a child: a hang fails, a slow machine does not.
+const HANG: Duration = Duration::from_secs(60);
 
 fn note(kind: u32, subtype: u8, payload: &[u8]) -> Notification {
     Notification {
@@ -511,18 +510,16 @@ fn posters_race_a_reader_across_processes() {
         let mut fds = [0; 2];
         // SAFETY: `fds` is a writable array of two ints.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: the child runs only pagepipe code and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
+        let pid = children::fork_raw();
         if pid == 0 {
-            drop(r);
-            let (ok, lost) = post_many(&n, id, 20_000);
-            let out = [ok.to_le_bytes(), lost.to_le_bytes()].concat();
-            // SAFETY: writes our 8 bytes to the pipe's write end, then leaves.
-            unsafe {
-                libc::write(fds[1], out.as_ptr().cast(), 8);
-                libc::_exit(0);
-            }
+            children::child(|| {
+                drop(r);
+                let (ok, lost) = post_many(&n, id, 20_000);
+                let out = [ok.to_le_bytes(), lost.to_le_bytes()].concat();
+                // SAFETY: writes our 8 bytes to the pipe's write end.
+                unsafe { libc::write(fds[1], out.as_ptr().cast(), 8) };
+                0
+            });
         }
         // SAFETY: the parent does not write.
         unsafe { libc::close(fds[1]) };
@@ -534,14 +531,12 @@ fn posters_race_a_reader_across_processes() {
         .into_iter()
         .map(|(pid, fd)| {
             let mut b = [0u8; 8];
-            // SAFETY: reads 8 bytes into a local buffer, then reaps our child.
+            // SAFETY: reads 8 bytes into a local buffer from the pipe's read end, which we own.
             unsafe {
                 assert_eq!(libc::read(fd, b.as_mut_ptr().cast(), 8), 8);
                 libc::close(fd);
-                let mut st = 0;
-                libc::waitpid(pid, &mut st, 0);
-                assert_eq!(libc::WEXITSTATUS(st), 0);
             }
+            assert_eq!(children::reap_within(pid, HANG), 0);
             (
                 u32::from_le_bytes(b[..4].try_into().unwrap()),
                 u32::from_le_bytes(b[4..].try_into().unwrap()),
@@ -560,19 +555,11 @@ fn a_poster_killed_holding_the_post_lock_is_taken_over() {
         .unwrap();
     r.set_nonblocking(true).unwrap();
     for _ in 0..20 {
-        // SAFETY: the child runs only pagepipe code and is killed or leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            loop {
-                let _ = n.post(&note(1, 0, b"spam"));
-            }
-        }
+        let pid = children::fork(|| loop {
+            let _ = n.post(&note(1, 0, b"spam"));
+        });
         std::thread::sleep(Duration::from_millis(3));
-        // SAFETY: kill(2) and waitpid(2) on our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
+        assert_eq!(children::kill_and_reap(pid, HANG), 128 + libc::SIGKILL);
         // Posting (after a takeover if it died holding the lock) and reading keep working.
         let mut buf = [0u8; 4096];
         while r.read(&mut buf).is_ok() {}

@@ -8,19 +8,11 @@ use std::time::{Duration, Instant};
 
 #[path = "support/children.rs"]
 mod children;
-use children::{child, fork, fork_raw, kill, reap_within};
+use children::{child, fork, fork_raw, kill, reap_within, serial};
 
 /// Bound for "nothing hangs": far above the 100 ms detection the design promises, so a loaded
 /// machine does not fail the test; the benchmark measures the real detection times.
 const HANG: Duration = Duration::from_secs(10);
-
-/// Tests run one at a time: a child forked by one test would inherit (and hold open) the
-/// ends of another test's pipes, as children inherit `pipe(2)` descriptors.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Waits for `pid` (killing it after HANG) and returns its exit code, or 128 + signal.
 fn reap(pid: libc::pid_t) -> i32 {

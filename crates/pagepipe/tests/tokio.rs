@@ -10,6 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::codec::{FramedRead, LinesCodec};
 
+#[path = "support/children.rs"]
+mod children;
+
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -236,40 +239,16 @@ fn clones_of_one_end_each_get_an_adapter() {
     }));
 }
 
-/// Forks a child that keeps `keep` (and drops the rest it inherited), waits to be killed.
-fn child_holding(keep: impl FnOnce() -> Box<dyn std::any::Any>) -> libc::pid_t {
-    // SAFETY: fork in a process whose other threads (the test harness's) the child never
-    // touches: the child only drops pipe ends, sleeps and exits with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-    if pid == 0 {
-        let _held = keep();
-        loop {
-            // SAFETY: pause has no preconditions; the parent kills us.
-            unsafe { libc::pause() };
-        }
-    }
-    pid
-}
-
-fn kill(pid: libc::pid_t) {
-    // SAFETY: plain syscalls on our own child.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
-    }
-}
-
 #[test]
 fn killed_writer_process_is_end_of_file() {
     let (w, r) = pagepipe::pipe().unwrap();
-    let pid = child_holding(move || Box::new(w)); // the parent's copy goes with the closure
+    let pid = children::holding(w); // the parent's copy is dropped
     runtime().block_on(bounded(async {
         let mut r = AsyncReader::new(r).unwrap();
         // The reader first sees a live writer, then the writer is killed (no close counted).
         let first = tokio::time::timeout(Duration::from_millis(50), r.read(&mut [0u8; 8])).await;
         assert!(first.is_err(), "read before the kill must wait");
-        kill(pid);
+        assert_eq!(children::kill_and_reap(pid, LIMIT), 128 + libc::SIGKILL);
         assert_eq!(r.read(&mut [0u8; 8]).await.unwrap(), 0);
     }));
 }
@@ -277,20 +256,17 @@ fn killed_writer_process_is_end_of_file() {
 #[test]
 fn killed_reader_process_is_broken_pipe() {
     let (w, r) = pagepipe::Builder::new().capacity(4096).build().unwrap();
-    let pid = child_holding(move || Box::new(r));
+    let pid = children::holding(r);
     runtime().block_on(bounded(async {
         let mut w = AsyncWriter::new(w).unwrap();
         w.write_all(&[0u8; 4096]).await.unwrap();
         let full = tokio::time::timeout(Duration::from_millis(50), w.write_all(b"x")).await;
         assert!(full.is_err(), "a full pipe must wait");
-        kill(pid);
+        assert_eq!(children::kill_and_reap(pid, LIMIT), 128 + libc::SIGKILL);
         let err = w.write_all(b"y").await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }));
 }
-
-#[path = "support/children.rs"]
-mod children;
 
 /// Within one process the adapters wake each other directly and leave the descriptors alone;
 /// a fork while a task waits must switch them to the descriptors before the child can make

@@ -4,6 +4,9 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
+#[path = "support/children.rs"]
+mod children;
+
 /// Voluntary context switches of this process's trimmer thread.
 fn trimmer_switches() -> Option<u64> {
     for task in std::fs::read_dir("/proc/self/task").ok()? {
@@ -41,37 +44,16 @@ fn trimmer_sleeps_while_no_pipe_exists_and_forks_do_not_deadlock() {
         })
     };
     for _ in 0..50 {
-        // SAFETY: the child uses pagepipe (whose fork handlers make that safe) and _exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let ok = std::panic::catch_unwind(|| {
-                let (mut w, mut r) = pagepipe::pipe().unwrap();
-                w.write_all(b"child").unwrap();
-                drop(w);
-                let mut s = String::new();
-                r.read_to_string(&mut s).unwrap();
-                s == "child"
-            })
-            .unwrap_or(false);
-            // SAFETY: leaves the child at once.
-            unsafe { libc::_exit(i32::from(!ok)) };
-        }
-        let mut status = 0;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            // SAFETY: waitpid on our own child.
-            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                // SAFETY: kill our own child.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                panic!("a forked child deadlocked");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        let pid = children::fork(|| {
+            let (mut w, mut r) = pagepipe::pipe().unwrap();
+            w.write_all(b"child").unwrap();
+            drop(w);
+            let mut s = String::new();
+            r.read_to_string(&mut s).unwrap();
+            i32::from(s != "child")
+        });
+        // A child that deadlocked is killed, and fails the test, after this bound.
+        assert_eq!(children::reap_within(pid, Duration::from_secs(10)), 0);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     churn.join().unwrap();

@@ -4,6 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+/// Runs a test binary's forking tests one at a time (a test holds the guard throughout): a
+/// child forked by one test inherits, and holds open until it ends, every end of the pipes the
+/// other tests have open, as children inherit `pipe(2)` descriptors, which would keep their end
+/// of file or `BrokenPipe` from coming. A test that panicked leaves the lock usable.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Forks; the child runs `f` and exits with its result (1 on panic) without running the
 /// parent's destructors. What `f` captures by move is dropped in the parent when this returns.
 pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
@@ -17,10 +26,22 @@ pub fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
 /// `fork(2)`: 0 in the child, which must end with [`child`].
 pub fn fork_raw() -> libc::pid_t {
     // SAFETY: the child runs only test code using pagepipe (whose fork handlers make it usable
-    // in a child) and leaves with _exit.
+    // in a child) and leaves with _exit or is killed (`holding`).
     let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     pid
+}
+
+/// Forks a child that holds `keep` (as a process that still has those ends open) and sleeps
+/// until it is killed, never dropping it. The parent's `keep` is dropped when this returns.
+pub fn holding<T>(keep: T) -> libc::pid_t {
+    fork(move || {
+        let _held = keep;
+        loop {
+            // SAFETY: pause(2) has no preconditions; the parent kills us.
+            unsafe { libc::pause() };
+        }
+    })
 }
 
 /// Runs `f` in a forked child and exits with its result (1 on panic).
@@ -52,6 +73,13 @@ pub fn reap_within(pid: libc::pid_t, hang: Duration) -> i32 {
     } else {
         128 + libc::WTERMSIG(status)
     }
+}
+
+/// SIGKILLs our child `pid` and reaps it within `hang`: its exit code, or 128 + the signal
+/// that ended it (128 + SIGKILL unless it had already ended).
+pub fn kill_and_reap(pid: libc::pid_t, hang: Duration) -> i32 {
+    kill(pid);
+    reap_within(pid, hang)
 }
 
 /// SIGKILLs our child `pid`.
