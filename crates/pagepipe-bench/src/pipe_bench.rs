@@ -122,6 +122,9 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     if let Some(p) = v.pool {
         cfg.pool = p;
     }
+    // The machine's core-to-core round trip just before the run: streaming between the two
+    // vCPUs is bound by their distance, which the host changes every few seconds.
+    let core_rtt = crate::common::core_rtt_ns(Duration::from_millis(20));
     let (mut ws, mut rs) = transport::open(v.transport, &cfg, wl.writers, wl.readers)?;
     let flags = Flags::new()?;
     let size = wl.msgsize;
@@ -180,6 +183,7 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     hist.put_metrics(&mut rec);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
+    rec.metric("core_rtt_ns", core_rtt);
     Ok(Run {
         record: rec,
         latency: Some(hist),
