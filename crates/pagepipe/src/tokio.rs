@@ -304,6 +304,10 @@ impl AsyncRead for AsyncReader {
     }
 }
 
+fn no_reader() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "pipe has no reader left")
+}
+
 /// A [`Writer`] as a tokio [`AsyncWrite`].
 ///
 /// Writes of up to [`crate::PIPE_BUF`] bytes (also vectored ones, in all) are atomic, as with
@@ -357,6 +361,15 @@ impl AsyncWriter {
     ) -> Poll<io::Result<usize>> {
         let writer = &self.inner.get_ref().end;
         loop {
+            // A reader killed in another process bumps no close counter, so `write` would take
+            // bytes until the ring is full; the reactor knows at once (POLLERR). Only a look at
+            // readiness it already has: if none is there, this registers the waker (at worst a
+            // spurious wake-up later) and the write goes on.
+            if let Poll::Ready(Ok(guard)) = self.inner.poll_write_ready(cx) {
+                if guard.ready().is_write_closed() {
+                    return Poll::Ready(Err(no_reader()));
+                }
+            }
             match write(writer) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 result => return Poll::Ready(result),
@@ -379,10 +392,7 @@ impl AsyncWriter {
             let mut guard = ready!(self.inner.poll_write_ready(cx))?;
             if guard.ready().is_write_closed() {
                 // The kernel reported POLLERR: no reader is left in any process.
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "pipe has no reader left",
-                )));
+                return Poll::Ready(Err(no_reader()));
             }
             guard.clear_ready();
         }

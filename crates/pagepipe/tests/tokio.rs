@@ -268,6 +268,31 @@ fn killed_reader_process_is_broken_pipe() {
     }));
 }
 
+/// A reader killed while the ring has room: the kernel pipe would fail the next write with
+/// EPIPE; the adapter must not go on taking bytes until the ring is full.
+#[test]
+fn killed_reader_process_with_room_left_is_broken_pipe() {
+    let (w, r) = pagepipe::Builder::new().capacity(16384).build().unwrap();
+    let pid = children::holding(r);
+    runtime().block_on(bounded(async {
+        let mut w = AsyncWriter::new(w).unwrap();
+        w.write_all(b"before").await.unwrap();
+        assert_eq!(children::kill_and_reap(pid, LIMIT), 128 + libc::SIGKILL);
+        // The reactor learns of the death asynchronously: a few writes may still land, but
+        // far fewer than the 16 KiB of room.
+        let mut accepted = 0;
+        let err = loop {
+            match w.write_all(b"y").await {
+                Ok(()) => accepted += 1,
+                Err(e) => break e,
+            }
+            assert!(accepted < 100, "{accepted} bytes taken after the reader died");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }));
+}
+
 /// Within one process the adapters wake each other directly and leave the descriptors alone;
 /// a fork while a task waits must switch them to the descriptors before the child can make
 /// the transition the task waits for: a reader waiting for data, a writer waiting for room.

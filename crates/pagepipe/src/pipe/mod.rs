@@ -735,9 +735,9 @@ impl Shared {
 /// (see [`End::sync`]), so the adapters wait for both.
 ///
 /// Protocol (a store-load pair on each side): a waiter registers its waker, sets `waiting`
-/// (SeqCst) and issues a SeqCst fence, then rechecks the ring; an advancer publishes with its SeqCst index RMW, then
-/// loads `waiting` (SeqCst). In the single total order either the recheck sees the advance or
-/// the load sees the flag. Waking takes every registered waker and clears the flag under the
+/// (SeqCst) and issues a SeqCst fence, then rechecks the ring; an advancer publishes with its
+/// SeqCst index RMW, then loads `waiting` (SeqCst). In the single total order either the
+/// recheck sees the advance or the load sees the flag. Waking takes every registered waker and clears the flag under the
 /// list's lock, so a registration is consumed by exactly one wake.
 #[derive(Default)]
 pub(crate) struct Wakers {
