@@ -286,7 +286,10 @@ fn killed_reader_process_with_room_left_is_broken_pipe() {
                 Ok(()) => accepted += 1,
                 Err(e) => break e,
             }
-            assert!(accepted < 100, "{accepted} bytes taken after the reader died");
+            assert!(
+                accepted < 100,
+                "{accepted} bytes taken after the reader died"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
