@@ -637,11 +637,11 @@ fn cpus() -> u64 {
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
 }
 
-/// The room left under a bound, in three quarters of the bound: 7/6 at an eighth of it, 1 at a
-/// quarter (the set point: a writer paced there writes as fast as writeback drains), 2/3 at
-/// half, 1/3 at three quarters, 0 at (or past) the bound.
+/// The room left under a bound, in halves of the bound: 3/2 at a quarter of it, 1 at half (the
+/// set point: a writer paced there writes as fast as writeback drains), 1/2 at three quarters,
+/// 0 at (or past) the bound.
 fn room(used: u64, bound: u64) -> f64 {
-    bound.saturating_sub(used) as f64 / (bound - bound / 4).max(1) as f64
+    bound.saturating_sub(used) as f64 / (bound / 2).max(1) as f64
 }
 
 /// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
@@ -1177,16 +1177,17 @@ impl Writer {
     /// Slows a writer that outruns writeback down to its share of the measured bandwidth
     /// before its window fills, so that it waits a little on every write rather than for a whole
     /// piece's writeback now and then (the tail latency of a full window), as the kernel's
-    /// `balance_dirty_pages` pauses writers in proportion to their dirtying rate. Below an eighth
+    /// `balance_dirty_pages` pauses writers in proportion to their dirtying rate. Below a quarter
     /// of its window a writer runs free; above, each write of `n` bytes owes `n / (share * room)`
     /// seconds, where `share` is the measured bandwidth (or [`INITIAL_BANDWIDTH`] before the
     /// first measurement) over the writers with data in flight and `room` is
-    /// `(window - dirty) / (3/4 window)`: at a quarter of the window it writes exactly as fast as
-    /// writeback drains it, and the pause grows gently (1.5x at half the window, 3x at three
-    /// quarters) and then without bound (up to [`MAX_PAUSE`]) as the window fills. The set point
-    /// low in the window leaves three quarters of it to absorb a stall of writeback (the block
-    /// layer's throttling held the flusher's submissions for up to 70 ms) with short pauses
-    /// before the window's hard limit is reached. The same rule applies to all fallback writers' data against
+    /// `(window - dirty) / (window/2)`: at half the window it writes exactly as fast as
+    /// writeback drains it, and the pause grows gently (2x at three quarters) and then without
+    /// bound (up to [`MAX_PAUSE`]) as the window fills. The set point leaves half the window to
+    /// absorb a stall of writeback (the block layer's throttling held the flusher's submissions
+    /// for up to 70 ms) with short pauses before the window's hard limit is reached; a set point
+    /// at a quarter (tried) kept too little in flight: the writer lost throughput on random
+    /// writes and its share of the disk against a competing writer. The same rule applies to all fallback writers' data against
     /// [`SHARED_WINDOW`] for a writer holding more than half its fair share of it (the smaller
     /// room wins), so that many writers cannot pile up a window each. Pauses shorter than
     /// [`MIN_PAUSE`] accumulate. A pause is counted at what it really took (see [`settle`]): an
@@ -1207,9 +1208,9 @@ impl Writer {
         let window = self.shared.window.load(Ordering::Relaxed);
         let shared = (SHARED_WINDOW as u64).max(window);
         let total = FLUSHER.total_dirty.load(Ordering::Relaxed);
-        // The rate allowed, as a fraction of the share: 7/6 at an eighth of the window, 1 at a
-        // quarter, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
-        let own = (dirty > window / 8).then(|| room(dirty, window));
+        // The rate allowed, as a fraction of the share: 3/2 at a quarter of the window, 1 at
+        // half, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
+        let own = (dirty > window / 4).then(|| room(dirty, window));
         // The same against all writers' data and SHARED_WINDOW, for a writer holding more
         // than half its fair share of it (a writer with little in flight runs free).
         let all = (total > shared / 2 && dirty > shared / active / 2).then(|| room(total, shared));
@@ -1747,16 +1748,15 @@ mod tests {
     }
 
     #[test]
-    fn pacing_holds_a_writer_at_a_quarter_of_its_window() {
+    fn pacing_holds_a_writer_at_half_its_window() {
         let w = 32u64 << 20;
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(close(room(w / 8, w), 7.0 / 6.0));
+        assert!(close(room(w / 4, w), 1.5));
         assert!(
-            close(room(w / 4, w), 1.0),
+            close(room(w / 2, w), 1.0),
             "the set point: the rate of writeback"
         );
-        assert!(close(room(w / 2, w), 2.0 / 3.0));
-        assert!(close(room(3 * w / 4, w), 1.0 / 3.0));
+        assert!(close(room(3 * w / 4, w), 0.5));
         assert_eq!(room(w, w), 0.0);
         assert_eq!(room(2 * w, w), 0.0);
     }
