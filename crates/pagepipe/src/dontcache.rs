@@ -20,9 +20,10 @@
 //!   drops exactly that range with `posix_fadvise(POSIX_FADV_DONTNEED)`, round robin over the
 //!   writers, so one writer's slow range holds up nobody else;
 //! - a per-writer dirty counter bounds the data in flight to a window ([`DEFAULT_WINDOW`], see
-//!   [`Writer::with_window`]). Past half its window a writer is paced to its share of the
-//!   measured writeback bandwidth (short sleeps on every write, as the kernel's
-//!   `balance_dirty_pages` does), so it rarely hits the window; a writer over its window waits
+//!   [`Writer::with_window`]). Past a quarter of its window a writer is paced to its share of
+//!   the measured writeback bandwidth (a short pause on every write, spun when it is shorter
+//!   than a sleep's wake-up, as the kernel's `balance_dirty_pages` sleeps), holding at half
+//!   its window, so it rarely hits the window; a writer over its window waits
 //!   for the flusher and never flushes inline (the inline flush is what made the first
 //!   `RWF_DONTCACHE` slow).
 //!
