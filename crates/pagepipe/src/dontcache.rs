@@ -786,12 +786,13 @@ const FLUSHER_SLICE: Duration = Duration::from_millis(20);
 /// Asks the scheduler for a long slice, [`FLUSHER_SLICE`], for the calling thread (a flusher
 /// thread), keeping its policy (`SCHED_OTHER`) and nice value: `sched_setattr(2)` with
 /// `sched_runtime`, which EEVDF (Linux 6.12+) takes as the thread's slice. A waking thread with
-/// a shorter slice (the default is about 3 ms) may then preempt it at once rather than wait
-/// for the end of its slice, so a paced writer whose pause ends, or that waits for a CPU, gets
-/// one when it needs it; the flusher still gets its fair share of the CPU, in longer pieces.
+/// a shorter slice (the default: 1.4 ms on the development VM) may then preempt it at once
+/// rather than wait for the end of its slice, so a paced writer whose pause ends, or that waits
+/// for a CPU, gets one when it needs it; the flusher still gets its fair share of the CPU, in
+/// longer pieces.
 /// Measured on the development VM: without it, the writer's wake-ups after a pacing pause
-/// waited 0.3-2 ms behind the flusher threads running 0.5-1 ms stretches (`perf sched
-/// timehist`).
+/// waited up to 2.2 ms (82 waits over 0.2 ms in one 1 GiB run) while the flusher threads ran
+/// 0.5-2 ms stretches (`perf sched timehist`).
 ///
 /// # Errors
 /// The OS's error (`EINVAL` on kernels before 6.12 or with `sched_runtime` unsupported).
@@ -1188,9 +1189,10 @@ impl Writer {
     /// absorb a stall of writeback (the block layer's throttling held the flusher's submissions
     /// for up to 70 ms) with short pauses before the window's hard limit is reached; a set point
     /// at a quarter (tried) kept too little in flight: the writer lost throughput on random
-    /// writes and its share of the disk against a competing writer. The same rule applies to all fallback writers' data against
-    /// [`SHARED_WINDOW`] for a writer holding more than half its fair share of it (the smaller
-    /// room wins), so that many writers cannot pile up a window each. Pauses shorter than
+    /// writes and its share of the disk against a competing writer. The same rule applies to
+    /// all fallback writers' data against [`SHARED_WINDOW`] for a writer holding more than half
+    /// its fair share of it (the smaller room wins), so that many writers cannot pile up a
+    /// window each. Pauses shorter than
     /// [`MIN_PAUSE`] accumulate. A pause is counted at what it really took (see [`settle`]): an
     /// overrun is a credit against the next pauses, so a writer is slowed to its share, not
     /// below it, however late the scheduler wakes it. Pauses up to [`SPIN_PAUSE`] are spun
