@@ -46,7 +46,7 @@
 //! # }
 //! ```
 
-use crate::pipe::{End, FULL, READABLE};
+use crate::pipe::End;
 use crate::{Reader, Writer};
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -176,17 +176,12 @@ fn register<T>(
     interest: Interest,
 ) -> io::Result<AsyncFd<Registered<T>>> {
     End::adapt(pipe_end);
-    let which = if interest.is_readable() {
-        READABLE
-    } else {
-        FULL
-    };
     // A duplicate: one process's handles of an end share one descriptor, and epoll registers
     // a descriptor once per instance; a duplicate (the same open pipe) is a registration of its
     // own, and it stays open exactly as long as `end` does. The end's signal descriptor, not
     // `as_fd`: that would make every transition pay for an exact descriptor even while the
     // pipe is confined to this process (see `End::adapt`).
-    let fd = pipe_end.signal(which).try_clone_to_owned()?;
+    let fd = pipe_end.signal(pipe_end.own()).try_clone_to_owned()?;
     // SAFETY: `Registered::as_raw_fd` always returns `fd`, which the `Registered` owns: it is
     // open and refers to the same pipe until the `Registered` is dropped, which happens only
     // after `AsyncFd` deregistered it (on drop, or in `into_inner` before handing it back).
@@ -287,7 +282,7 @@ impl AsyncRead for AsyncReader {
                 continue; // data came while we watched: no trip through the reactor
             }
             // A writer of this process wakes us directly; one elsewhere through the reactor.
-            reader.end.shared.wakers[READABLE].register(cx.waker());
+            reader.end.waiters().register(cx.waker());
             if !reader.is_empty() {
                 continue; // the recheck of the wakers' protocol
             }
@@ -385,7 +380,7 @@ impl AsyncWriter {
                 continue; // room came while we watched: no trip through the reactor
             }
             // A reader of this process wakes us directly; one elsewhere through the reactor.
-            writer.end.shared.wakers[FULL].register(cx.waker());
+            writer.end.waiters().register(cx.waker());
             if writer.free() > 0 {
                 continue; // the recheck of the wakers' protocol
             }

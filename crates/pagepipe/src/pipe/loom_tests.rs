@@ -212,6 +212,7 @@ struct Flag(loom::sync::atomic::AtomicBool);
 
 impl std::task::Wake for Flag {
     fn wake(self: std::sync::Arc<Self>) {
+        // SeqCst: pairs with the test's load after joining the writer (which orders it anyway).
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
@@ -230,7 +231,7 @@ fn loom_async_waiter_is_woken_or_sees_the_data() {
             w
         });
         let parked = r.is_empty() && {
-            r.end.shared.wakers[super::READABLE].register(&waker);
+            r.end.waiters().register(&waker);
             r.is_empty()
         };
         let w = t.join().unwrap();

@@ -253,7 +253,7 @@ impl Shared {
             idle_mark: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
             local: Default::default(),
-            wakers: [Wakers::default(), Wakers::default()],
+            wakers: Default::default(),
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(loom))]
@@ -737,8 +737,8 @@ impl Shared {
 /// Protocol (a store-load pair on each side): a waiter registers its waker, sets `waiting`
 /// (SeqCst) and issues a SeqCst fence, then rechecks the ring; an advancer publishes with its
 /// SeqCst index RMW, then loads `waiting` (SeqCst). In the single total order either the
-/// recheck sees the advance or the load sees the flag. Waking takes every registered waker and clears the flag under the
-/// list's lock, so a registration is consumed by exactly one wake.
+/// recheck sees the advance or the load sees the flag. Waking takes every registered waker and
+/// clears the flag under the list's lock, so a registration is consumed by exactly one wake.
 #[derive(Default)]
 pub(crate) struct Wakers {
     /// Some waker is registered (a hint read on every advance: only waiters write it).
@@ -848,9 +848,9 @@ pub(crate) struct End {
 
 /// Index of the full signal pipe in `End::signals` and in the header's `polled` and `charged`
 /// (the writer's descriptor: [`W`]).
-pub(crate) const FULL: usize = W;
+const FULL: usize = W;
 /// Index of the readable signal pipe (the reader's descriptor: [`R`]).
-pub(crate) const READABLE: usize = R;
+const READABLE: usize = R;
 
 impl End {
     #[cfg(not(loom))]
@@ -898,12 +898,35 @@ impl End {
             .as_fd()
     }
 
+    /// Which signal pipe stands for this end's readiness, and which wakers its waiting tasks
+    /// use: [`READABLE`] for a reader, [`FULL`] for a writer.
+    pub(crate) fn own(&self) -> usize {
+        if self.side == R {
+            READABLE
+        } else {
+            FULL
+        }
+    }
+
+    /// Async tasks of this process waiting for this end to become ready.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    pub(crate) fn waiters(&self) -> &Wakers {
+        &self.shared.wakers[self.own()]
+    }
+
+    /// Wakes the tasks of this process waiting on the other end: this side's transitions (data
+    /// for a writer, room for a reader, a close) are their wake-ups.
+    #[inline]
+    fn wake_peer_waiters(&self) {
+        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
+    }
+
     /// The descriptor this end hands out for polling (the readable pipe's read end for a
     /// reader, the full pipe's write end for a writer), made exact first.
     #[cfg(not(loom))]
     pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.polling.call_once(|| self.enable_polling());
-        self.signal(if self.side == R { READABLE } else { FULL })
+        self.signal(self.own())
     }
 
     /// Wraps this end in an async adapter. While its pipe is [confined](Shared::confined) to
@@ -940,7 +963,7 @@ impl End {
             return; // the region names this thread as holder: corrupt; nothing to make exact
         };
         self.recover_signals(taken);
-        let which = if self.side == R { READABLE } else { FULL };
+        let which = self.own();
         // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
         // each side): either a publisher or consumer sees the flag and syncs after us, or our
         // reading of the indices below sees its update.
@@ -959,9 +982,7 @@ impl End {
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn sync(&self) {
-        // This side's transitions are the other side's wake-ups: a writer brings data, a
-        // reader room.
-        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
+        self.wake_peer_waiters();
         let h = self.shared.header();
         // SeqCst: see enable_polling.
         if h.polled[R].load(Ordering::SeqCst) != 0 || h.polled[W].load(Ordering::SeqCst) != 0 {
@@ -985,7 +1006,7 @@ impl End {
 
     #[cfg(loom)]
     pub(crate) fn sync(&self) {
-        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
+        self.wake_peer_waiters();
     }
 
     /// The body of [`End::sync`], with `sig_lock` held.
@@ -1138,7 +1159,7 @@ impl Drop for End {
         }
         // Tasks of this process waiting on the other side see the close at once (those in
         // other processes by their descriptor's POLLHUP or POLLERR).
-        self.shared.wakers[if self.side == W { READABLE } else { FULL }].wake();
+        self.wake_peer_waiters();
     }
 }
 

@@ -346,9 +346,10 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
     // nobody reads or writes its page; rec.len() <= 127 < PAGE_SIZE; `rec` is our own buffer.
     unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), ring.page(pos), rec.len()) };
     slot.start.store(0, Ordering::Relaxed);
-    slot.state.store(rec.len() as u64, Ordering::Relaxed); // no flag: records never merge
-                                                           // Published as data slots are (the reader's Acquire load of head in `read_records` pairs
-                                                           // with it).
+    // No flag: records never merge.
+    slot.state.store(rec.len() as u64, Ordering::Relaxed);
+    // Published as data slots are (the reader's Acquire load of head in `read_records` pairs
+    // with it).
     super::writer::publish(sh, 1, rec.len());
     ws.head += 1;
     Ok(true)
