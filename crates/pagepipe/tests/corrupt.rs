@@ -144,3 +144,50 @@ proptest! {
         run(&ops, policy)?;
     }
 }
+
+/// A side whose saved state a peer corrupted is reported, and left free: the next caller, on
+/// any thread, gets the error too (not a wait for a side nobody will release), and once the
+/// word is right again the pipe works.
+#[test]
+fn a_corrupt_side_state_leaves_the_side_free() {
+    // The saved head of the write side and the saved tail of the read side
+    // (`Header::write_side` at 640 and `read_side` at 768; `Side::state` at 8).
+    const SAVED_HEAD: usize = 648;
+    const SAVED_TAIL: usize = 776;
+    let (w, r): (Writer, Reader) = Builder::new().build().unwrap();
+    let map = Mapped::of(&w);
+    let wait = Some(Duration::from_millis(300));
+    w.set_write_timeout(wait).unwrap();
+    r.set_read_timeout(wait).unwrap();
+    (&w).write_all(b"ab").unwrap();
+    let mut one = [0u8; 1];
+    (&r).read_exact(&mut one).unwrap(); // one slot: head 1, tail 0 (the slot is not drained)
+
+    map.poke(SAVED_HEAD, 77);
+    map.poke(SAVED_TAIL, 77);
+    for _ in 0..2 {
+        assert_eq!((&w).write(b"c").unwrap_err().kind(), ErrorKind::InvalidData);
+        assert_eq!(
+            (&r).read(&mut one).unwrap_err().kind(),
+            ErrorKind::InvalidData
+        );
+    }
+    let (w2, r2) = (w.clone(), r.clone());
+    let kinds = std::thread::spawn(move || {
+        let mut one = [0u8; 1];
+        (
+            (&w2).write(b"c").unwrap_err().kind(),
+            (&r2).read(&mut one).unwrap_err().kind(),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(kinds, (ErrorKind::InvalidData, ErrorKind::InvalidData));
+
+    map.poke(SAVED_HEAD, 1);
+    map.poke(SAVED_TAIL, 0);
+    (&w).write_all(b"c").unwrap();
+    let mut rest = [0u8; 2];
+    (&r).read_exact(&mut rest).unwrap();
+    assert_eq!(&rest, b"bc");
+}

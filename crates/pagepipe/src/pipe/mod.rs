@@ -342,7 +342,13 @@ impl Shared {
         let taken = h.write_side.lock.lock(wait)?;
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
         let (head, cached_tail) =
-            load_side_state(&h.write_side.state, taken, &h.head.word, &h.tail.word)?;
+            match load_side_state(&h.write_side.state, taken, &h.head.word, &h.tail.word) {
+                Ok(s) => s,
+                Err(e) => {
+                    h.write_side.lock.unlock(); // a corrupt region must not keep the side held
+                    return Err(e);
+                }
+            };
         let mut g = WriteGuard {
             sh: self,
             head,
@@ -362,7 +368,13 @@ impl Shared {
         let h = self.header();
         let taken = h.read_side.lock.lock(wait)?;
         let (tail, cached_head) =
-            load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word)?;
+            match load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word) {
+                Ok(s) => s,
+                Err(e) => {
+                    h.read_side.lock.unlock(); // a corrupt region must not keep the side held
+                    return Err(e);
+                }
+            };
         let mut g = ReadGuard {
             sh: self,
             tail,
