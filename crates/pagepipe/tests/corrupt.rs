@@ -191,3 +191,35 @@ fn a_corrupt_side_state_leaves_the_side_free() {
     (&r).read_exact(&mut rest).unwrap();
     assert_eq!(&rest, b"bc");
 }
+
+/// A head word that a peer moved away from the writer's saved head is reported by the writer:
+/// when it publishes (the RMW returns the word), and when it finds the ring full, before it
+/// waits for room the word promises but the ring does not have.
+#[test]
+fn a_moved_head_word_is_reported_by_the_writer() {
+    // `Header::head`, the index word: `index << 1`.
+    const HEAD_WORD: usize = 128;
+    let (w, _r): (Writer, Reader) = Builder::new().capacity(4096).build().unwrap();
+    let map = Mapped::of(&w);
+    w.set_write_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+
+    // Publication: the ring is empty, so the byte takes a new slot and the RMW sees index 5.
+    map.poke(HEAD_WORD, 5 << 1);
+    assert_eq!((&w).write(b"x").unwrap_err().kind(), ErrorKind::InvalidData);
+
+    // A full ring (one slot): a word behind the saved head promises room.
+    let (w, _r): (Writer, Reader) = Builder::new().capacity(4096).build().unwrap();
+    let map = Mapped::of(&w);
+    w.set_write_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    (&w).write_all(&[1u8; 4096]).unwrap();
+    map.poke(HEAD_WORD, 0);
+    let t = Instant::now();
+    assert_eq!((&w).write(b"y").unwrap_err().kind(), ErrorKind::InvalidData);
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+}

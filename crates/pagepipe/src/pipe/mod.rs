@@ -179,12 +179,14 @@ fn store_side_state(state: &[ColdU64; 2], own: u64, other: u64) {
 
 /// The side state a holder left, or after a dead holder, the index words themselves: `own`
 /// (head for writers, tail for readers: only this side moves it) and `other` (Acquire: pairs
-/// with the other side's Release index RMW).
+/// with the other side's Release index RMW). With `check_own`, checks the saved copy against
+/// the `own` word (see below); without, the caller checks it later.
 fn load_side_state(
     state: &[ColdU64; 2],
     taken: Taken,
     own: &AtomicU64,
     other: &AtomicU64,
+    check_own: bool,
 ) -> io::Result<(u64, u64)> {
     let (mine, theirs) = match taken {
         // Relaxed: written by the previous holder before its Release unlock, which our lock's
@@ -204,14 +206,24 @@ fn load_side_state(
     // copy before releasing): a mismatch is a corrupt region, which would otherwise make a
     // sleeper see data (or room) that the side cannot find. Not in loom models: it validates
     // memory, not the protocol.
+    #[cfg(loom)]
+    let _ = check_own;
     #[cfg(not(loom))]
-    if taken == Taken::Clean && ring::index(own.load(Ordering::Relaxed)) != mine {
-        return Err(invalid(format!(
-            "a side's saved index {mine} differs from its index word {}",
-            ring::index(own.load(Ordering::Relaxed))
-        )));
+    if check_own && taken == Taken::Clean {
+        check_saved_index(mine, own.load(Ordering::Relaxed))?;
     }
     Ok((mine, theirs))
+}
+
+/// A side's saved index against its index `word` (see [`load_side_state`]).
+pub(crate) fn check_saved_index(saved: u64, word: u64) -> io::Result<()> {
+    if ring::index(word) != saved {
+        return Err(invalid(format!(
+            "a side's saved index {saved} differs from its index word {}",
+            ring::index(word)
+        )));
+    }
+    Ok(())
 }
 
 impl WriteGuard<'_> {
@@ -220,6 +232,15 @@ impl WriteGuard<'_> {
             region: &self.sh.region,
             size: self.ring_size,
         }
+    }
+
+    /// Checks the head word against the saved head, for holders that took the side with
+    /// [`Shared::lock_write_unchecked`] and are about to wait for room or report it missing.
+    pub(crate) fn check_head(&self) -> io::Result<()> {
+        check_saved_index(
+            self.head,
+            self.sh.header().head.word.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -338,11 +359,29 @@ impl Shared {
 
     /// Takes the write side and reads its state from the region.
     pub(crate) fn lock_write(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
+        self.write_guard(self.header().write_side.lock.lock(wait)?, true)
+    }
+
+    /// [`Shared::lock_write`] without loading the head word to check the saved head against
+    /// it, for `write`: a waiting reader polls that word, so loading it misses in the cache
+    /// and waits for the line, on a round trip's critical path. The writer checks it where
+    /// it touches the word anyway: the publication's
+    /// RMW returns it ([`super::writer::publish`]), and a writer that finds the ring full
+    /// checks before it waits or reports `WouldBlock` ([`WriteGuard::check_head`]), so a
+    /// corrupt word never has it wait for room it cannot find. A write that only merges
+    /// checks nothing: it touches the slot at the saved head, which is memory-safe whatever
+    /// the word says.
+    pub(crate) fn lock_write_unchecked(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
+        self.write_guard(self.header().write_side.lock.lock(wait)?, false)
+    }
+
+    /// The guard of the write side just taken (`taken`): its state read from the region.
+    fn write_guard(&self, taken: Taken, check_head: bool) -> io::Result<WriteGuard<'_>> {
         let h = self.header();
-        let taken = h.write_side.lock.lock(wait)?;
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
+        let state = &h.write_side.state;
         let (head, cached_tail) =
-            match load_side_state(&h.write_side.state, taken, &h.head.word, &h.tail.word) {
+            match load_side_state(state, taken, &h.head.word, &h.tail.word, check_head) {
                 Ok(s) => s,
                 Err(e) => {
                     h.write_side.lock.unlock(); // a corrupt region must not keep the side held
@@ -368,7 +407,7 @@ impl Shared {
         let h = self.header();
         let taken = h.read_side.lock.lock(wait)?;
         let (tail, cached_head) =
-            match load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word) {
+            match load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word, true) {
                 Ok(s) => s,
                 Err(e) => {
                     h.read_side.lock.unlock(); // a corrupt region must not keep the side held
@@ -465,7 +504,9 @@ impl Shared {
         };
         let h = self.header();
         if side == W {
-            let head = ring::index(h.head.word.load(Ordering::Relaxed));
+            // The head the last writer saved, from the write side's own line, not the head
+            // word: a waiting reader polls that one, and loading it would wait for the line.
+            let head = h.write_side.state[0].load(Ordering::Relaxed);
             ring.prefetch(head);
             ring.prefetch(head.wrapping_sub(1));
         } else {

@@ -350,9 +350,9 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
     slot.state.store(rec.len() as u64, Ordering::Relaxed);
     // Published as data slots are (the reader's Acquire load of head in `read_records` pairs
     // with it).
-    super::writer::publish(sh, 1, rec.len());
+    let published = super::writer::publish(sh, ws.head, 1, rec.len());
     ws.head += 1;
-    Ok(true)
+    published.map(|()| true)
 }
 
 /// Whether a record with this first word and `info` passes the reader's filters (all pass

@@ -93,8 +93,12 @@ impl Reader {
     /// ```
     pub fn len(&self) -> usize {
         let h = self.shared().header();
-        // Acquire (both): pair with the Release index RMWs that follow each counter's update;
-        // consumed bytes first, so the published count read after it is never smaller.
+        // Consumed bytes first, so that the published count read after it covers them, except
+        // for bytes published a moment ago: a writer counts them just after its publication
+        // RMW, so a reader may consume them first (the difference saturates: such a snapshot
+        // reads too little, never a wrapped huge value). Acquire (both): keeps the second load
+        // after the first; the counters are written Relaxed by their side's holder next to
+        // that side's index RMW.
         let out = h.tail.bytes.load(Ordering::Acquire);
         let inn = h.head.bytes.load(Ordering::Acquire);
         inn.saturating_sub(out) as usize

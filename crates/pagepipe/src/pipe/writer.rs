@@ -208,7 +208,7 @@ impl Writer {
         let prefilled = sh.prefill(total);
         // The slots merge and fill will touch travel while we take the lock.
         sh.prefetch(W);
-        let mut ws = sh.lock_write(sh.lock_wait(nonblocking, deadline))?;
+        let mut ws = sh.lock_write_unchecked(sh.lock_wait(nonblocking, deadline))?;
         sh.adopt_prefill(&ws, prefilled);
         let mut done = merge(sh, &ws, src)?;
         let result = loop {
@@ -217,6 +217,11 @@ impl Writer {
             done += filled?;
             if done == total {
                 break Ok(done);
+            }
+            // The ring is full: before waiting for room (or reporting there is none), check
+            // the head word we did not check when taking the side.
+            if let Err(e) = ws.check_head() {
+                break partial(done, e);
             }
             if nonblocking {
                 // Before WouldBlock, ask the kernel (a killed reader bumps no counter).
@@ -231,7 +236,7 @@ impl Writer {
             let again = self
                 .end
                 .wait_writable(deadline)
-                .and_then(|()| sh.lock_write(sh.lock_wait(false, deadline)));
+                .and_then(|()| sh.lock_write_unchecked(sh.lock_wait(false, deadline)));
             ws = match again {
                 Ok(ws) => ws,
                 Err(e) => return partial(done, e),
@@ -395,14 +400,16 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
         staged += 1;
         staged_bytes += n;
         if staged == PUBLISH_BATCH {
-            publish(sh, staged, staged_bytes);
+            if let Err(e) = publish(sh, head - staged, staged, staged_bytes) {
+                break Err(e);
+            }
             (staged, staged_bytes) = (0, 0);
         }
     };
-    publish(sh, staged, staged_bytes);
+    let published = publish(sh, head - staged, staged, staged_bytes);
     ws.head = head;
     ws.cached_tail = tail;
-    result
+    published.and(result)
 }
 
 /// Slots staged before one publication (and, on the reader side, released before one tail
@@ -432,16 +439,21 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
     slot.state.store(len as u64 | flags, Ordering::Relaxed);
 }
 
-/// Publishes the next `n` staged slots, holding `bytes` in all, and wakes a sleeping reader.
-pub(crate) fn publish(sh: &Shared, n: u64, bytes: usize) {
+/// Publishes the `n` slots staged from index `from`, holding `bytes` in all, and wakes a
+/// sleeping reader. `InvalidData` when the head word was not at `from`: a peer corrupted the
+/// region (the check `Shared::lock_write_unchecked` leaves to us).
+pub(crate) fn publish(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Result<()> {
     if n == 0 {
-        return;
+        return Ok(());
     }
-    add_bytes(sh, bytes);
     // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
     // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
     let old = sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst);
+    // After the RMW, which brought the line here: a waiting reader polls it, and loading the
+    // counter before the RMW would wait for the line on a round trip's critical path.
+    add_bytes(sh, bytes);
     sh.wake_readers_if_waiting(old);
+    super::check_saved_index(from, old)
 }
 
 /// Free slots of the ring, borrowed in place: fill them through [`WriteChunk::as_mut_slices`],
@@ -512,7 +524,9 @@ impl WriteChunk<'_> {
             unsafe { stage(sh, ring, head, None, (n - off).min(ss)) };
             head += 1;
         }
-        publish(sh, head - self.guard.head, n);
+        // The side was taken with its head checked; a peer that corrupted the word since is
+        // reported by the next write (commit has no error to return).
+        let _ = publish(sh, self.guard.head, head - self.guard.head, n);
         self.guard.head = head;
         self.end.sync();
         n
