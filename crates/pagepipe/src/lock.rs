@@ -105,6 +105,16 @@ impl SideLock {
         }
     }
 
+    /// Takes the lock only if it is free, with one compare-and-swap: no spinning, no waiting,
+    /// no look at a holder. For fast paths that fall back to [`SideLock::lock`] when it fails.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> bool {
+        // Acquire: as in `lock`.
+        self.word
+            .compare_exchange(0, me(), Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
     #[cold]
     fn lock_slow(&self, me: u64, wait: Wait) -> io::Result<Taken> {
         let deadline = match wait {

@@ -256,14 +256,21 @@ impl ReadGuard<'_> {
 /// Checks that `head` and `tail` (indices) describe at most `ring` queued slots: `tail <= head
 /// <= tail + ring`, both below 2^62 (an index word holds 63 bits, and 2^62 slots are never
 /// reached), so index arithmetic on them cannot overflow.
+#[inline]
 pub(crate) fn check_indices(head: u64, tail: u64, ring: usize) -> io::Result<()> {
     const MAX_INDEX: u64 = 1 << 62;
     if head >= MAX_INDEX || tail > head || head - tail > ring as u64 {
-        return Err(invalid(format!(
-            "ring indices head {head} tail {tail} do not fit a ring of {ring} slots"
-        )));
+        return Err(bad_indices(head, tail, ring));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_indices(head: u64, tail: u64, ring: usize) -> io::Error {
+    invalid(format!(
+        "ring indices head {head} tail {tail} do not fit a ring of {ring} slots"
+    ))
 }
 
 impl Shared {
@@ -375,7 +382,19 @@ impl Shared {
         self.write_guard(self.header().write_side.lock.lock(wait)?, false)
     }
 
+    /// [`Shared::lock_write_unchecked`] if the write side is free now, without waiting
+    /// (`None`: it is held, or its saved state is corrupt), for fast paths that fall back to
+    /// the general one, which waits or reports.
+    #[inline]
+    pub(crate) fn try_lock_write_unchecked(&self) -> Option<WriteGuard<'_>> {
+        if !self.header().write_side.lock.try_lock() {
+            return None;
+        }
+        self.write_guard(Taken::Clean, false).ok()
+    }
+
     /// The guard of the write side just taken (`taken`): its state read from the region.
+    #[inline]
     fn write_guard(&self, taken: Taken, check_head: bool) -> io::Result<WriteGuard<'_>> {
         let h = self.header();
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
@@ -404,8 +423,25 @@ impl Shared {
     /// Takes the read side and reads its state from the region; after a reader that died
     /// holding it, skips the slots it had released but not yet handed back.
     pub(crate) fn lock_read(&self, wait: lock::Wait) -> io::Result<ReadGuard<'_>> {
+        self.read_guard(self.header().read_side.lock.lock(wait)?)
+    }
+
+    /// [`Shared::lock_read`] if the read side is free now, without waiting (`None`: it is
+    /// held, or its saved state is corrupt), for fast paths that fall back to the general
+    /// one, which waits or reports.
+    #[inline]
+    pub(crate) fn try_lock_read(&self) -> Option<ReadGuard<'_>> {
+        if !self.header().read_side.lock.try_lock() {
+            return None;
+        }
+        self.read_guard(Taken::Clean).ok()
+    }
+
+    /// The guard of the read side just taken (`taken`): its state read from the region, and
+    /// after a dead holder, the slots it released skipped.
+    #[inline]
+    fn read_guard(&self, taken: Taken) -> io::Result<ReadGuard<'_>> {
         let h = self.header();
-        let taken = h.read_side.lock.lock(wait)?;
         let (tail, cached_head) =
             match load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word, true) {
                 Ok(s) => s,
@@ -425,24 +461,31 @@ impl Shared {
         g.limit = self.region.max_usage(g.ring_size)? as u64;
         check_indices(g.cached_head, g.tail, g.ring_size)?;
         if taken == Taken::FromDead {
-            let ring = g.ring();
-            let mut skipped = 0;
-            while g.tail + skipped != g.cached_head {
-                let st = ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed);
-                if st & RELEASED == 0 {
-                    break;
-                }
-                // A notification record the dead reader released after a poster flagged it
-                // (see `notify`): its LOSS record is still owed.
-                if st & region::LOSS != 0 {
-                    h.note_loss.store(1, Ordering::Relaxed);
-                }
-                skipped += 1;
-            }
-            self.advance_tail(skipped);
-            g.tail += skipped;
+            self.skip_released(&mut g);
         }
         Ok(g)
+    }
+
+    /// After a reader that died holding the read side: skips the slots it had released but
+    /// not yet handed back.
+    #[cold]
+    fn skip_released(&self, g: &mut ReadGuard<'_>) {
+        let ring = g.ring();
+        let mut skipped = 0;
+        while g.tail + skipped != g.cached_head {
+            let st = ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed);
+            if st & RELEASED == 0 {
+                break;
+            }
+            // A notification record the dead reader released after a poster flagged it (see
+            // `notify`): its LOSS record is still owed.
+            if st & region::LOSS != 0 {
+                self.header().note_loss.store(1, Ordering::Relaxed);
+            }
+            skipped += 1;
+        }
+        self.advance_tail(skipped);
+        g.tail += skipped;
     }
 
     // ----- waking -----

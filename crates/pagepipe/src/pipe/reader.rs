@@ -211,6 +211,9 @@ impl Reader {
                 self.end.wait_readable(deadline)?;
             }
         }
+        if let Some(r) = self.read_one_slot(buf) {
+            return r;
+        }
         loop {
             let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
             let n = consume(sh, &mut rs, max, true, copy)?;
@@ -233,6 +236,74 @@ impl Reader {
             drop(rs);
             self.end.wait_readable(deadline)?;
         }
+    }
+}
+
+impl Reader {
+    /// The common read: the read side is free, and the first queued slot holds all the
+    /// caller asked for or is the last one published. Copies from that one slot and releases
+    /// it once drained, as `consume` would, without its loop. `None`, before consuming
+    /// anything, when that does not hold (an empty ring, a packet, a read that spans slots,
+    /// an empty slot, a held side, a corrupt saved state): the general path then waits or
+    /// reports, as if it had been called first. Reached from every byte-stream read, with or
+    /// without data, after a blocking read's wait.
+    #[inline]
+    fn read_one_slot(&self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let sh = self.shared();
+        let mut rs = sh.try_lock_read()?;
+        let ring = rs.ring();
+        let (tail, mut head) = (rs.tail, rs.cached_head);
+        if tail == head {
+            // Acquire: as in `consume`.
+            head = ring::index(sh.header().head.word.load(Ordering::Acquire));
+            if let Err(e) = super::check_indices(head, tail, ring.size) {
+                return Some(Err(e));
+            }
+            if tail == head {
+                return None;
+            }
+        }
+        let (pos, slot) = ring.slot(tail);
+        let (start, end, st) = match slot_range(slot, tail, ring) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let max = buf.len();
+        if st & PACKET != 0 || start == end {
+            return None;
+        }
+        if end - start < max {
+            // A read takes every queued byte it has room for: this slot must be the last one
+            // published, now, not only in our cached view.
+            if tail + 1 == head {
+                // Acquire: as in `consume`.
+                head = ring::index(sh.header().head.word.load(Ordering::Acquire));
+                if let Err(e) = super::check_indices(head, tail, ring.size) {
+                    return Some(Err(e));
+                }
+            }
+            if tail + 1 != head {
+                return None;
+            }
+        }
+        let c = (end - start).min(max);
+        // SAFETY: start + c <= end <= slot_size (slot_range checked them; `c` is bounded by
+        // `buf`), so the run lies within the slot's page, published to us by the Acquire loads
+        // above (writers only append past `end`); `buf` is ours and cannot overlap the
+        // region's mapping.
+        unsafe { std::ptr::copy_nonoverlapping(ring.page(pos).add(start), buf.as_mut_ptr(), c) };
+        let drained = start + c == end && release(sh, (pos, slot, st), (tail, head), rs.limit);
+        if !drained {
+            // Part of the slot is left, or a writer merged more into it meanwhile.
+            slot.start.store((start + c) as u64, Ordering::Relaxed);
+        }
+        add_consumed(sh, c);
+        let released = u64::from(drained);
+        sh.advance_tail(released);
+        rs.tail = tail + released;
+        rs.cached_head = head;
+        self.end.sync();
+        Some(Ok(c))
     }
 }
 
@@ -324,11 +395,7 @@ fn consume(
             break;
         }
     }
-    let out = &sh.header().tail.bytes;
-    out.store(
-        out.load(Ordering::Relaxed).wrapping_add(n as u64),
-        Ordering::Relaxed,
-    );
+    add_consumed(sh, n);
     sh.advance_tail(released);
     rs.tail = tail;
     rs.cached_head = head;
@@ -336,6 +403,15 @@ fn consume(
         Some(e) if n == 0 => Err(e),
         _ => Ok(n),
     }
+}
+
+/// Counts `n` more bytes consumed (for `Reader::len`); only read-side holders write it.
+fn add_consumed(sh: &Shared, n: usize) {
+    let out = &sh.header().tail.bytes;
+    out.store(
+        out.load(Ordering::Relaxed).wrapping_add(n as u64),
+        Ordering::Relaxed,
+    );
 }
 
 /// Releases the drained slot `tail` (at `pos`, seen with state `st`) unless a writer merged into

@@ -184,6 +184,9 @@ impl Writer {
     /// (`WouldBlock` when nothing fits or the write side is held; a large write places what
     /// fits). What async adapters and event loops use without changing the shared mode.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(r) = self.write_small(buf) {
+            return r;
+        }
         let one = [IoSlice::new(buf)];
         self.write_impl(&mut Source::new(&one), true)
     }
@@ -192,6 +195,41 @@ impl Writer {
     /// [`crate::PIPE_BUF`] bytes in all).
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.write_impl(&mut Source::new(bufs), true)
+    }
+
+    /// The common small write: one buffer, shorter than a slot, to a byte-stream pipe whose
+    /// write side is free and whose ring has room, under a pool policy that faults nothing in
+    /// ahead. Merged into the last slot or placed in one new slot, as `write_impl` would,
+    /// without its set-up (mode, deadline) or its loop; it never waits, so blocking and
+    /// non-blocking writes share it. `None`, before changing anything, when any of that does
+    /// not hold: the general path then waits or reports, as if it had been called first.
+    #[inline]
+    fn write_small(&self, buf: &[u8]) -> Option<io::Result<usize>> {
+        let sh = self.shared();
+        let cfg = sh.config();
+        let len = buf.len();
+        if len == 0
+            || len >= cfg.slot_size
+            || cfg.packet
+            || cfg.policy.prefill(len, cfg.slot_size) != 0
+            || self.end.peer_gone(false)
+        {
+            return None;
+        }
+        // The lines the merge check and the new slot touch travel while we take the side.
+        sh.prefetch(W);
+        let mut ws = sh.try_lock_write_unchecked()?;
+        let one = [IoSlice::new(buf)];
+        let mut src = Source::new(&one);
+        let placed = match merge(sh, &ws, &mut src) {
+            Ok(0) => place_small(sh, &mut ws, &mut src)?,
+            merged => merged,
+        };
+        self.end.sync();
+        if let Some(keep) = cfg.policy.trim_after_write() {
+            sh.trim_locked(&ws, keep);
+        }
+        Some(placed)
     }
 
     fn write_impl(&self, src: &mut Source<'_>, try_only: bool) -> io::Result<usize> {
@@ -282,6 +320,12 @@ impl<'a> Source<'a> {
     /// `dst` is valid for `n` bytes of writes and overlaps no source buffer; `n <= self.len()`.
     unsafe fn copy_to(&self, dst: *mut u8, n: usize) {
         debug_assert!(n <= self.left);
+        let first = &self.bufs[self.idx];
+        if first.len() - self.off >= n {
+            // SAFETY: off + n <= first.len(); dst is valid for n bytes (caller's guarantee).
+            unsafe { std::ptr::copy_nonoverlapping(first.as_ptr().add(self.off), dst, n) };
+            return; // the common case: the bytes lie in one buffer
+        }
         let (mut idx, mut off, mut done) = (self.idx, self.off, 0);
         while done < n {
             let b = &self.bufs[idx];
@@ -355,6 +399,33 @@ fn merge(sh: &Shared, ws: &WriteGuard<'_>, src: &mut Source<'_>) -> io::Result<u
             Ok(0)
         }
     }
+}
+
+/// [`Writer::write_small`]'s new slot: all of `src` (shorter than a slot) in the slot at head,
+/// published. `None` when the ring is full (nothing changed).
+fn place_small(
+    sh: &Shared,
+    ws: &mut WriteGuard<'_>,
+    src: &mut Source<'_>,
+) -> Option<io::Result<usize>> {
+    let len = src.len();
+    if ring::is_full(ws.head, ws.cached_tail, ws.limit) {
+        // Acquire: as in `fill`.
+        let tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
+        if let Err(e) = super::check_indices(ws.head, tail, ws.ring_size) {
+            return Some(Err(e));
+        }
+        ws.cached_tail = tail;
+        if ring::is_full(ws.head, tail, ws.limit) {
+            return None;
+        }
+    }
+    // SAFETY: the position at head is free (the ring is not full), so its page is ours until
+    // published; len < slot_size (write_small's condition); `src` holds len bytes.
+    unsafe { stage(sh, ws.ring(), ws.head, Some(src), len) };
+    let published = publish(sh, ws.head, 1, len);
+    ws.head += 1;
+    Some(published.map(|()| len))
 }
 
 /// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.
@@ -563,6 +634,9 @@ pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
 
 impl Writer {
     fn write_one(&self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(r) = self.write_small(buf) {
+            return r;
+        }
         let one = [IoSlice::new(buf)];
         self.write_impl(&mut Source::new(&one), false)
     }
