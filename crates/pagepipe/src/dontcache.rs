@@ -192,6 +192,11 @@ pub struct Stats {
     /// How many times pacing slept before a write returned, slowing a writer that outran
     /// writeback before its window filled (always 0 in kernel mode).
     pub pauses: u64,
+    /// The largest overdraft the writer held: bytes it was allowed beyond its window while
+    /// another process's writeback flooded the system (see [`MAX_OVERDRAFT`]); 0 if it never
+    /// yielded (always 0 in kernel mode). [`Stats::peak_dirty_bytes`] is at most the window plus
+    /// this, plus one write.
+    pub peak_overdraft_bytes: u64,
 }
 
 /// True for the answers that mean "this kernel or file does not do `RWF_DONTCACHE`".
@@ -1288,6 +1293,8 @@ pub struct Writer {
     pos: u64,
     bytes_written: u64,
     peak_dirty: u64,
+    /// The largest overdraft held (see [`Stats::peak_overdraft_bytes`]).
+    peak_overdraft: u64,
     waits: u64,
     /// Pause owed by [`Writer::pace`] and not yet taken, in nanoseconds; negative when the last
     /// pause took longer than owed (a credit, at most [`MAX_CREDIT`]).
@@ -1342,6 +1349,7 @@ impl Writer {
             pos: 0,
             bytes_written: 0,
             peak_dirty: 0,
+            peak_overdraft: 0,
             waits: 0,
             pace_debt_ns: 0,
             pauses: 0,
@@ -1387,6 +1395,7 @@ impl Writer {
             bytes_written: self.bytes_written,
             mode: self.mode,
             peak_dirty_bytes: self.peak_dirty,
+            peak_overdraft_bytes: self.peak_overdraft,
             writeback_waits: self.waits,
             pauses: self.pauses,
         }
@@ -1586,10 +1595,9 @@ impl Writer {
         let grant = s.grant.load(Ordering::Relaxed);
         let yielding = FLUSHER.yielding.load(Ordering::Relaxed);
         if grant == 0 && yielding {
-            s.grant.store(
-                take_overdraft(OVERDRAFT_WINDOWS * window),
-                Ordering::Relaxed,
-            );
+            let taken = take_overdraft(OVERDRAFT_WINDOWS * window);
+            s.grant.store(taken, Ordering::Relaxed);
+            self.peak_overdraft = self.peak_overdraft.max(taken);
         } else if grant > 0 && !yielding && dirty <= window / 2 {
             s.grant.store(0, Ordering::Relaxed);
             give_back_overdraft(grant);
