@@ -500,11 +500,14 @@ impl Shared {
     }
 
     /// Whether the submitter should leave this writer's new ranges unstarted for now: it yields
-    /// to another process's writeback and the writer has overdraft left (more than a quarter
-    /// window short of its limit), or will take some with its next write (it holds none yet and
-    /// the budget has some). Starting writeback then would queue behind the other process's and
-    /// allocate blocks (ext4's delayed allocation) while holding the inode's `i_data_sem`, which
-    /// the writer's own `pwrite` needs: measured, `pwrite`s of 20-100 ms.
+    /// to another process's writeback, the writer holds an overdraft or will take one with its
+    /// next write (the budget has some left), and it is more than a quarter window short of its
+    /// limit (its window plus the overdraft it holds). Starting writeback then would queue
+    /// behind the other process's and allocate blocks (ext4's delayed allocation) while holding
+    /// the inode's `i_data_sem`, which the writer's own `pwrite` needs: measured, `pwrite`s of
+    /// 20-100 ms. Close to its limit a writer's writeback starts anyway, so that a writer waiting
+    /// at its window (which takes no overdraft while it waits) or at its overdraft's end always
+    /// gets room in the end.
     fn deferred(&self, yielding: bool) -> bool {
         if !yielding {
             return false;
@@ -512,10 +515,8 @@ impl Shared {
         // Relaxed: hints; a stale value defers a range for one more round or starts it early.
         let grant = self.grant.load(Ordering::Relaxed);
         let window = self.window.load(Ordering::Relaxed);
-        if grant == 0 {
-            return overdraft_left() >= MAX_FOLIO;
-        }
-        self.dirty.load(Ordering::Relaxed) + window / 4 < window + grant
+        let may_overdraw = grant > 0 || overdraft_left() >= MAX_FOLIO;
+        may_overdraw && self.dirty.load(Ordering::Relaxed) + window / 4 < window + grant
     }
 
     /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
@@ -2299,6 +2300,14 @@ mod tests {
         let shared = Shared::new(-1);
         let window = DEFAULT_WINDOW as u64;
         assert!(!shared.deferred(false));
+        // No overdraft yet (the budget has some unless a test elsewhere holds it all): deferred
+        // while well within the window, started near it (a writer waiting there takes none).
+        if overdraft_left() >= MAX_FOLIO {
+            assert!(shared.deferred(true));
+        }
+        shared.dirty.store(window - window / 8, Ordering::Relaxed);
+        assert!(!shared.deferred(true));
+        shared.dirty.store(0, Ordering::Relaxed);
         shared.grant.store(3 * window, Ordering::Relaxed);
         assert!(!shared.deferred(false));
         assert!(shared.deferred(true));
