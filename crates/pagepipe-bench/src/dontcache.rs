@@ -479,7 +479,14 @@ fn run_once(
             .filter_map(|r| r.stats)
             .map(|s| s.writeback_waits)
             .sum();
+        let overdraft = tested
+            .iter()
+            .filter_map(|r| r.stats)
+            .map(|s| s.peak_overdraft_bytes)
+            .max()
+            .unwrap_or(0);
         rec.metric("writer_peak_dirty_kib", (peak / 1024) as f64);
+        rec.metric("writer_overdraft_kib", (overdraft / 1024) as f64);
         rec.metric("writeback_waits", waits as f64);
         rec = rec.config("resolved_mode", format!("{:?}", first.mode));
     }

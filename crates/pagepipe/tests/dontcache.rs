@@ -232,8 +232,10 @@ fn fallback_window_bounds_dirty_data() {
         w.write_all(&block).unwrap();
     }
     let stats = w.finish().unwrap();
+    // Beyond the window only by an overdraft, granted while another process's writeback floods
+    // the system (0 on a quiet machine).
     assert!(
-        stats.peak_dirty_bytes <= (window + block.len()) as u64,
+        stats.peak_dirty_bytes <= (window + block.len()) as u64 + stats.peak_overdraft_bytes,
         "{stats:?}"
     );
     // Held back: paced before the window filled, or waiting once it had.
