@@ -181,13 +181,17 @@ fn store_side_state(state: &[ColdU64; 2], own: u64, other: u64) {
 /// (head for writers, tail for readers: only this side moves it) and `other` (Acquire: pairs
 /// with the other side's Release index RMW). With `check_own`, checks the saved copy against
 /// the `own` word (see below); without, the caller checks it later.
+///
+/// On an error the side is released: a corrupt region must not keep it held (its holder would
+/// get `Deadlock` on every later call, and everyone else would wait for a live holder).
 fn load_side_state(
-    state: &[ColdU64; 2],
+    side: &region::Side,
     taken: Taken,
     own: &AtomicU64,
     other: &AtomicU64,
     check_own: bool,
 ) -> io::Result<(u64, u64)> {
+    let state = &side.state;
     let (mine, theirs) = match taken {
         // Relaxed: written by the previous holder before its Release unlock, which our lock's
         // Acquire pairs with.
@@ -210,7 +214,10 @@ fn load_side_state(
     let _ = check_own;
     #[cfg(not(loom))]
     if check_own && taken == Taken::Clean {
-        check_saved_index(mine, own.load(Ordering::Relaxed))?;
+        if let Err(e) = check_saved_index(mine, own.load(Ordering::Relaxed)) {
+            side.lock.unlock();
+            return Err(e);
+        }
     }
     Ok((mine, theirs))
 }
@@ -397,15 +404,8 @@ impl Shared {
     fn write_guard(&self, taken: Taken, check_head: bool) -> io::Result<WriteGuard<'_>> {
         let h = self.header();
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
-        let state = &h.write_side.state;
         let (head, cached_tail) =
-            match load_side_state(state, taken, &h.head.word, &h.tail.word, check_head) {
-                Ok(s) => s,
-                Err(e) => {
-                    h.write_side.lock.unlock(); // a corrupt region must not keep the side held
-                    return Err(e);
-                }
-            };
+            load_side_state(&h.write_side, taken, &h.head.word, &h.tail.word, check_head)?;
         let mut g = WriteGuard {
             sh: self,
             head,
@@ -442,13 +442,7 @@ impl Shared {
     fn read_guard(&self, taken: Taken) -> io::Result<ReadGuard<'_>> {
         let h = self.header();
         let (tail, cached_head) =
-            match load_side_state(&h.read_side.state, taken, &h.tail.word, &h.head.word, true) {
-                Ok(s) => s,
-                Err(e) => {
-                    h.read_side.lock.unlock(); // a corrupt region must not keep the side held
-                    return Err(e);
-                }
-            };
+            load_side_state(&h.read_side, taken, &h.tail.word, &h.head.word, true)?;
         let mut g = ReadGuard {
             sh: self,
             tail,
@@ -512,6 +506,24 @@ impl Shared {
         // End::enable_polling.
         let old = self.header().tail.word.fetch_add(n * ONE, Ordering::SeqCst);
         self.wake_writers_if_waiting(old);
+    }
+
+    /// The head index now, checked against the caller's `tail` in a ring of `ring` slots.
+    /// Acquire: pairs with the writer's Release head RMW, publishing the slots and pages below
+    /// it.
+    pub(crate) fn load_head(&self, tail: u64, ring: usize) -> io::Result<u64> {
+        let head = ring::index(self.header().head.word.load(Ordering::Acquire));
+        check_indices(head, tail, ring)?;
+        Ok(head)
+    }
+
+    /// The tail index now, checked against the caller's `head` in a ring of `ring` slots.
+    /// Acquire: pairs with the reader's Release tail RMW, so its reads of the freed pages (and
+    /// its release of their slots) happen before a writer reuses them.
+    pub(crate) fn load_tail(&self, head: u64, ring: usize) -> io::Result<u64> {
+        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
+        check_indices(head, tail, ring)?;
+        Ok(tail)
     }
 
     // ----- waiting (no side held) -----
@@ -643,12 +655,10 @@ impl Shared {
 
     /// Gives spare pages beyond `keep` back to the OS; returns the bytes given back.
     pub(crate) fn trim_locked(&self, ws: &WriteGuard<'_>, keep: usize) -> usize {
-        // Acquire: pairs with the reader's Release tail RMW, so released slots' states (and the
-        // reader's last use of their pages) are visible before we drop the pages.
-        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
-        if check_indices(ws.head, tail, ws.ring_size).is_err()
-            || self.spare(ws.limit, ws.head, tail) <= keep
-        {
+        let Ok(tail) = self.load_tail(ws.head, ws.ring_size) else {
+            return 0;
+        };
+        if self.spare(ws.limit, ws.head, tail) <= keep {
             return 0;
         }
         let ring = ws.ring();
@@ -716,9 +726,7 @@ impl Shared {
     #[cfg(not(loom))]
     pub(crate) fn resident_spare_pages(&self) -> io::Result<usize> {
         let ws = self.lock_write(lock::Wait::Until(None))?;
-        // Acquire: pairs with the reader's Release tail RMW (as in trim_locked).
-        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
-        check_indices(ws.head, tail, ws.ring_size)?;
+        let tail = self.load_tail(ws.head, ws.ring_size)?;
         let mut n = 0;
         for i in ws.head..tail + ws.ring_size as u64 {
             n += self.region.resident_pages(ring::slot(i, ws.ring_size))?;

@@ -27,7 +27,7 @@
 //! the reader rewrites under its side lock and posters read optimistically, without a lock.
 
 use super::writer::broken_pipe;
-use super::{check_indices, End, Reader, Shared, WriteGuard};
+use super::{End, Reader, Shared, WriteGuard};
 use crate::lock;
 use crate::region::{invalid, Header, LOSS, R, RELEASED};
 use crate::ring;
@@ -298,10 +298,9 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
     };
     let (mut turns, mut started) = (0u32, None);
     loop {
-        // Acquire: pairs with the reader's Release tail RMW (`Shared::advance_tail`), so its
-        // copy out of a freed record happens before we overwrite the slot.
-        let tail = ring::index(h.tail.word.load(Ordering::Acquire));
-        check_indices(ws.head, tail, ring.size)?;
+        // (The Acquire load pairs with the reader's Release tail RMW, so its copy out of a freed
+        // record happens before we overwrite the slot.)
+        let tail = sh.load_tail(ws.head, ring.size)?;
         ws.cached_tail = tail; // the next holder's `lock_write` checks head against it
         if ring::occupancy(ws.head, tail) < ring.size as u64 {
             break;
@@ -500,9 +499,8 @@ fn read_records(
             (n, records) = (n + HEADER, records + 1);
             continue;
         }
-        // Acquire: pairs with the poster's Release head RMW, publishing the record.
-        let head = ring::index(h.head.word.load(Ordering::Acquire));
-        check_indices(head, rs.tail, ring.size)?;
+        // (The Acquire load pairs with the poster's Release head RMW, publishing the record.)
+        let head = sh.load_head(rs.tail, ring.size)?;
         rs.cached_head = head;
         if head == rs.tail {
             break;

@@ -4,7 +4,6 @@ use super::writer::{timeout_ns, would_block, PUBLISH_BATCH};
 use super::{End, ReadGuard, Ring, Shared};
 use crate::region::Slot;
 use crate::region::{invalid, DROPPED, END_MASK, PACKET, R, RELEASED};
-use crate::ring;
 use crate::sync::{Arc, Ordering};
 use std::io;
 use std::time::Duration;
@@ -143,9 +142,7 @@ impl Reader {
             let nonblocking = self.is_nonblocking();
             let eof = self.end.peer_gone(nonblocking);
             let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
-            // Acquire: pairs with the writer's Release head RMW.
-            rs.cached_head = ring::index(sh.header().head.word.load(Ordering::Acquire));
-            super::check_indices(rs.cached_head, rs.tail, rs.ring_size)?;
+            rs.cached_head = sh.load_head(rs.tail, rs.ring_size)?;
             if rs.cached_head != rs.tail || eof {
                 let ring = rs.ring();
                 for i in rs.tail..rs.cached_head {
@@ -254,14 +251,11 @@ impl Reader {
         let ring = rs.ring();
         let (tail, mut head) = (rs.tail, rs.cached_head);
         if tail == head {
-            // Acquire: as in `consume`.
-            head = ring::index(sh.header().head.word.load(Ordering::Acquire));
-            if let Err(e) = super::check_indices(head, tail, ring.size) {
-                return Some(Err(e));
-            }
-            if tail == head {
-                return None;
-            }
+            head = match sh.load_head(tail, ring.size) {
+                Ok(h) if h == tail => return None,
+                Ok(h) => h,
+                Err(e) => return Some(Err(e)),
+            };
         }
         let (pos, slot) = ring.slot(tail);
         let (start, end, st) = match slot_range(slot, tail, ring) {
@@ -276,11 +270,10 @@ impl Reader {
             // A read takes every queued byte it has room for: this slot must be the last one
             // published, now, not only in our cached view.
             if tail + 1 == head {
-                // Acquire: as in `consume`.
-                head = ring::index(sh.header().head.word.load(Ordering::Acquire));
-                if let Err(e) = super::check_indices(head, tail, ring.size) {
-                    return Some(Err(e));
-                }
+                head = match sh.load_head(tail, ring.size) {
+                    Ok(h) => h,
+                    Err(e) => return Some(Err(e)),
+                };
             }
             if tail + 1 != head {
                 return None;
@@ -343,12 +336,10 @@ fn consume(
     let mut next_fetched = false; // whether the slot at `tail` was prefetched as the next one
     while n < max {
         if tail == head {
-            // Acquire: pairs with the writer's Release head RMW, publishing the slot and page.
-            head = ring::index(sh.header().head.word.load(Ordering::Acquire));
-            if let Err(e) = super::check_indices(head, tail, ring.size) {
+            head = sh.load_head(tail, ring.size).unwrap_or_else(|e| {
                 error = Some(e);
-                head = tail;
-            }
+                tail
+            });
             if tail == head {
                 break;
             }

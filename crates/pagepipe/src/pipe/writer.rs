@@ -155,9 +155,7 @@ impl Writer {
                 return Err(broken_pipe());
             }
             let mut ws = sh.lock_write(sh.lock_wait(self.is_nonblocking(), deadline))?;
-            // Acquire: pairs with the reader's Release tail RMW (its last reads of freed pages).
-            let tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
-            super::check_indices(ws.head, tail, ws.ring_size)?;
+            let tail = sh.load_tail(ws.head, ws.ring_size)?;
             ws.cached_tail = tail;
             let free = ws.limit.saturating_sub(ring::occupancy(ws.head, tail));
             if free > 0 {
@@ -410,13 +408,11 @@ fn place_small(
 ) -> Option<io::Result<usize>> {
     let len = src.len();
     if ring::is_full(ws.head, ws.cached_tail, ws.limit) {
-        // Acquire: as in `fill`.
-        let tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
-        if let Err(e) = super::check_indices(ws.head, tail, ws.ring_size) {
-            return Some(Err(e));
-        }
-        ws.cached_tail = tail;
-        if ring::is_full(ws.head, tail, ws.limit) {
+        ws.cached_tail = match sh.load_tail(ws.head, ws.ring_size) {
+            Ok(tail) => tail,
+            Err(e) => return Some(Err(e)),
+        };
+        if ring::is_full(ws.head, ws.cached_tail, ws.limit) {
             return None;
         }
     }
@@ -449,12 +445,10 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
             break Ok(done);
         }
         if ring::is_full(head, tail, limit) {
-            // Acquire: pairs with the reader's Release tail RMW, so its reads of the freed pages
-            // happen before we overwrite them.
-            tail = ring::index(sh.header().tail.word.load(Ordering::Acquire));
-            if let Err(e) = super::check_indices(head, tail, ring.size) {
-                break Err(e);
-            }
+            tail = match sh.load_tail(head, ring.size) {
+                Ok(t) => t,
+                Err(e) => break Err(e),
+            };
             if ring::is_full(head, tail, limit) {
                 break Ok(done);
             }
