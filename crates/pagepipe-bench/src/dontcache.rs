@@ -467,21 +467,12 @@ fn run_once(
     );
     rec.metric("cpu_s", cpu_s);
     rec.metric("writer_cpu_s", tested.iter().map(|r| r.cpu_s).sum());
-    if let Some(first) = tested.iter().find_map(|r| r.stats) {
-        let peak = tested
+    let stats: Vec<_> = tested.iter().filter_map(|r| r.stats).collect();
+    if let Some(first) = stats.first() {
+        let peak = stats.iter().map(|s| s.peak_dirty_bytes).max().unwrap_or(0);
+        let waits: u64 = stats.iter().map(|s| s.writeback_waits).sum();
+        let overdraft = stats
             .iter()
-            .filter_map(|r| r.stats)
-            .map(|s| s.peak_dirty_bytes)
-            .max()
-            .unwrap_or(0);
-        let waits: u64 = tested
-            .iter()
-            .filter_map(|r| r.stats)
-            .map(|s| s.writeback_waits)
-            .sum();
-        let overdraft = tested
-            .iter()
-            .filter_map(|r| r.stats)
             .map(|s| s.peak_overdraft_bytes)
             .max()
             .unwrap_or(0);
