@@ -58,6 +58,11 @@ pub struct Args {
     /// Run beside a memory hog (stress-ng).
     #[arg(long)]
     memory_pressure: bool,
+    /// Reserve each tested file's blocks before writing it, in every mode alike: `fallocate(2)`
+    /// with `FALLOC_FL_KEEP_SIZE` for the plain modes, `Writer::preallocate` for pagepipe's
+    /// (the competing workload's buffered competitor is left as it is).
+    #[arg(long)]
+    prealloc: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -185,14 +190,15 @@ enum Sink {
 }
 
 impl Sink {
-    fn open(mode: WMode, path: &Path, window: u64) -> io::Result<Sink> {
+    /// Opens `path` for `mode`, with `reserve` bytes preallocated if given.
+    fn open(mode: WMode, path: &Path, window: u64, reserve: Option<u64>) -> io::Result<Sink> {
         let mut opts = OpenOptions::new();
         opts.read(true).write(true).create(true).truncate(true);
         if mode == WMode::Direct {
             opts.custom_flags(libc::O_DIRECT);
         }
         let file = opts.open(path)?;
-        Ok(match mode {
+        let mut sink = match mode {
             WMode::Buffered | WMode::Direct => Sink::Plain { file, flags: 0 },
             WMode::Kernel => Sink::Plain {
                 file,
@@ -204,7 +210,27 @@ impl Sink {
             WMode::Fallback => Sink::Pagepipe(
                 Writer::with_mode(file, Mode::Fallback)?.with_window(window as usize),
             ),
-        })
+        };
+        if let Some(len) = reserve {
+            match &mut sink {
+                Sink::Pagepipe(w) => w.preallocate(len)?,
+                Sink::Plain { file, .. } => {
+                    // SAFETY: fallocate touches no user memory; the fd is the live file's.
+                    let rc = unsafe {
+                        libc::fallocate(
+                            file.as_raw_fd(),
+                            libc::FALLOC_FL_KEEP_SIZE,
+                            0,
+                            len as libc::off_t,
+                        )
+                    };
+                    if rc != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
+        }
+        Ok(sink)
     }
 
     fn write_all_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -268,6 +294,8 @@ struct Job<'a> {
     /// Shuffled block offsets instead of sequential ones.
     random: bool,
     window: u64,
+    /// Reserve the file's `size` bytes before writing (`--prealloc`).
+    prealloc: bool,
 }
 
 /// Writes `job.size` bytes to `job.path` in `job.block`-sized writes, then fsyncs or finishes.
@@ -279,8 +307,9 @@ fn write_file(job: Job<'_>, buf: &AlignedBuf, start: &Barrier) -> io::Result<Thr
         block,
         random,
         window,
+        prealloc,
     } = job;
-    let sink = Sink::open(mode, path, window);
+    let sink = Sink::open(mode, path, window, prealloc.then_some(size));
     start.wait(); // every thread passes the barrier, even one whose open failed
     let mut sink = sink?;
     let blocks = size / block as u64;
@@ -383,8 +412,11 @@ fn run_once(
         let handles: Vec<_> = jobs
             .iter()
             .zip(&paths)
-            .map(|(&(m, bytes), path)| {
+            .enumerate()
+            .map(|(i, (&(m, bytes), path))| {
                 let barrier = &barrier;
+                // The competing workload's competitor (its second job) is never reserved.
+                let tested = workload != Workload::Compete || i == 0;
                 let job = Job {
                     mode: m,
                     path,
@@ -392,6 +424,7 @@ fn run_once(
                     block,
                     random: workload == Workload::Rand,
                     window: args.window,
+                    prealloc: args.prealloc && tested,
                 };
                 s.spawn(move || write_file(job, buf, barrier))
             })
@@ -430,7 +463,8 @@ fn run_once(
         .config("threads", jobs.len())
         .config("block_bytes", block)
         .config("size_bytes", args.size)
-        .config("window_bytes", args.window);
+        .config("window_bytes", args.window)
+        .config("prealloc", args.prealloc);
     let mbps = if workload == Workload::Compete {
         thread_mbps[0]
     } else {

@@ -427,7 +427,13 @@ impl Copier<'_> {
         self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let size = meta.len();
-        let written = self.write_temp(&mut reader, &what, dst, Some(meta.mode() & 0o7777))?;
+        let written = self.write_temp(
+            &mut reader,
+            &what,
+            dst,
+            Some(meta.mode() & 0o7777),
+            Some(size),
+        )?;
         if written.bytes < size {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -468,24 +474,31 @@ impl Copier<'_> {
         self.summary.from_stdin = true;
         let stdin = io::stdin();
         let mut lock = stdin.lock();
-        let written = self.write_temp(&mut lock, "reading standard input", dst, None)?;
+        let written = self.write_temp(&mut lock, "reading standard input", dst, None, None)?;
         self.commit(written, dst)
     }
 
     /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
     /// the permission bits to give it (None: a new file's default, 0666 less the umask).
+    /// `size`: the source's size when known, reserved on disk first (`Writer::preallocate`:
+    /// a full disk is reported before anything is copied, and the writeback of the copy
+    /// allocates nothing, which keeps its writes from stalling behind other writeback).
     fn write_temp(
         &mut self,
         src: &mut dyn Read,
         reading: &str,
         dst: &Path,
         mode: Option<u32>,
+        size: Option<u64>,
     ) -> io::Result<Written> {
         let writing = format!("writing '{}'", dst.display());
         let (temp, file) = Temp::create(dst, if mode.is_some() { 0o600 } else { 0o666 })?;
         let mut w = Writer::with_mode(file, self.mode)
             .map_err(ctx(&writing))?
             .with_window(self.args.window.min(usize::MAX as u64) as usize);
+        if let Some(size) = size.filter(|&s| s > 0) {
+            w.preallocate(size).map_err(ctx(&writing))?;
+        }
         if self.args.verbose {
             let line = format!("'{}' -> '{}'", reading, dst.display());
             self.bar.suspend(|| eprintln!("{line}"));

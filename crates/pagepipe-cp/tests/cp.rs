@@ -237,19 +237,33 @@ fn stdin_is_copied_to_a_named_file() {
     );
 }
 
-/// Copies a 32 MiB file onto a small filesystem: the copy must fail with ENOSPC's message and
-/// leave neither the destination nor a temporary.
+/// Copies 32 MiB onto a small filesystem, from a file (its size is reserved first, so the disk
+/// is found full before anything is copied) and from standard input (no size: the disk fills
+/// mid-copy): the copy must fail with ENOSPC's message and leave neither the destination nor a
+/// temporary.
 fn expect_enospc(fs_dir: &Path, mode: &str) {
     let t = TempDir::new("enospc-src");
     let src = t.join("big");
     write_file(&src, &pattern(32 << 20, 7), 0o644);
     let dst = fs_dir.join("copy");
-    let out = Command::new(BIN)
+    let from_file = Command::new(BIN)
         .args(["--mode", mode])
         .arg(&src)
         .arg(&dst)
         .output()
         .unwrap();
+    let from_stdin = Command::new(BIN)
+        .args(["--mode", mode, "-"])
+        .arg(&dst)
+        .stdin(File::open(&src).unwrap())
+        .output()
+        .unwrap();
+    for out in [from_file, from_stdin] {
+        expect_enospc_output(fs_dir, &dst, mode, &out);
+    }
+}
+
+fn expect_enospc_output(fs_dir: &Path, dst: &Path, mode: &str, out: &Output) {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{mode}: {err}");
     assert!(err.contains("No space left on device"), "{mode}: {err}");

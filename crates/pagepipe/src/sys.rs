@@ -650,6 +650,22 @@ pub(crate) fn fadvise_dontneed(fd: &impl AsRawFd, offset: u64, len: u64) -> io::
     Ok(())
 }
 
+/// Reserves disk blocks for `0..len` of the file without changing its size (`fallocate(2)`
+/// with `FALLOC_FL_KEEP_SIZE`). `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`).
+pub(crate) fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
+    let len = offset_to_off_t(len)?;
+    // SAFETY: fallocate touches no user memory; the fd is borrowed from a live file.
+    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(true)
+}
+
 /// Page-cache state of a file range, in pages (`struct cachestat`, `cachestat(2)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]

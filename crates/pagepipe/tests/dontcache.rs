@@ -353,3 +353,63 @@ fn enospc_reaches_the_caller_on_ext4() {
         expect_enospc(&fs.dir, mode);
     }
 }
+
+/// Disk bytes the file at `path` holds (`st_blocks`).
+fn disk_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn preallocate_reserves_and_the_rest_is_given_back() {
+    for mode in modes() {
+        for finish in [true, false] {
+            let t = TempFile(temp_path("prealloc"));
+            let mut w = Writer::with_mode(rw_file(&t.0), mode).unwrap();
+            w.preallocate(8 << 20).unwrap();
+            assert_eq!(
+                w.file().metadata().unwrap().len(),
+                0,
+                "the size must not move"
+            );
+            let reserved = disk_bytes(&t.0) >= 8 << 20;
+            if !reserved {
+                println!(
+                    "note: no preallocation on {}",
+                    std::env::temp_dir().display()
+                );
+            }
+            let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+            w.write_all(&data).unwrap();
+            if finish {
+                w.finish().unwrap();
+            } else {
+                drop(w);
+            }
+            assert_eq!(std::fs::read(&t.0).unwrap(), data, "{mode:?}");
+            let held = disk_bytes(&t.0);
+            assert!(
+                held < 2 << 20,
+                "{mode:?} finish={finish}: {held} bytes still held on disk for 1 MiB"
+            );
+        }
+    }
+}
+
+#[test]
+fn preallocate_reports_a_full_disk_before_writing() {
+    let fs = match SmallFs::ext4() {
+        Ok(fs) => fs,
+        Err(why) => {
+            println!("SKIPPED preallocate_reports_a_full_disk_before_writing: cannot loop-mount an ext4 image here ({why})");
+            return;
+        }
+    };
+    let path = fs.dir.join("too-big");
+    let mut w = Writer::create(&path).unwrap();
+    let e = w.preallocate(64 << 20).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+    w.write_all(b"still usable").unwrap();
+    w.finish().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"still usable");
+}
