@@ -277,12 +277,8 @@ fn expect_enospc_output(fs_dir: &Path, dst: &Path, mode: &str, out: &Output) {
 
 #[test]
 fn enospc_on_tmpfs_stops_with_no_destination() {
-    let fs = match SmallFs::tmpfs() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!("SKIPPED enospc_on_tmpfs_stops_with_no_destination: cannot mount a tmpfs here ({why})");
-            return;
-        }
+    let Some(fs) = SmallFs::tmpfs_or_skip("enospc_on_tmpfs_stops_with_no_destination") else {
+        return;
     };
     for mode in ["auto", "fallback"] {
         expect_enospc(&fs.dir, mode);
@@ -291,12 +287,8 @@ fn enospc_on_tmpfs_stops_with_no_destination() {
 
 #[test]
 fn enospc_on_ext4_stops_with_no_destination() {
-    let fs = match SmallFs::ext4() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!("SKIPPED enospc_on_ext4_stops_with_no_destination: cannot loop-mount an ext4 image here ({why})");
-            return;
-        }
+    let Some(fs) = SmallFs::ext4_or_skip("enospc_on_ext4_stops_with_no_destination") else {
+        return;
     };
     for mode in ["auto", "fallback"] {
         expect_enospc(&fs.dir, mode);

@@ -380,8 +380,9 @@ struct Shared {
     /// window; 0 when it holds none). Written by the writer's thread only (Relaxed: the writer
     /// reads its own writes; the submitter reads it as a hint for which writers to defer).
     grant: AtomicU64,
-    /// Bytes of this writer's ranges queued in `inflight` (started, not yet dropped). Relaxed: a
-    /// heuristic (see [`Shared::backlog_room`]).
+    /// Bytes of this writer's ranges queued in `inflight` (started, not yet dropped); its part of
+    /// [`Flusher::inflight_bytes`], and moved with it ([`Shared::count_started`],
+    /// [`Shared::count_dropped`]). Relaxed: a heuristic (see [`Shared::hold_back`]).
     started: AtomicU64,
     /// Fast check for `error`.
     failed: AtomicBool,
@@ -569,9 +570,7 @@ impl Shared {
         let held = self.hold_back(&mut fresh);
         for &r in &fresh {
             self.start(fd, r);
-            // Relaxed: heuristic counts (see Flusher::inflight_bytes, Shared::started).
-            FLUSHER.inflight_bytes.fetch_add(r.len(), Ordering::Relaxed);
-            self.started.fetch_add(r.len(), Ordering::Relaxed);
+            self.count_started(r.len());
             lock(&self.inflight).ranges.push_back(r);
             FLUSHER.kick_reaper();
         }
@@ -580,6 +579,20 @@ impl Shared {
             any: !fresh.is_empty(),
             held,
         }
+    }
+
+    /// Counts `bytes` of this writer's ranges as queued in `inflight`, here and process-wide.
+    fn count_started(&self, bytes: u64) {
+        // Relaxed: heuristic counts (see Flusher::inflight_bytes, Shared::started).
+        FLUSHER.inflight_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.started.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Undoes [`Shared::count_started`] for `bytes` dropped from `inflight`.
+    fn count_dropped(&self, bytes: u64) {
+        // Relaxed: as in count_started.
+        FLUSHER.inflight_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.started.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Leaves in `fresh` what may be started now and puts the rest back in `pending`; returns
@@ -700,9 +713,7 @@ impl Shared {
         FLUSHER.total_dirty.fetch_sub(r.charged, Ordering::Relaxed);
         // Relaxed: a statistic (see Bandwidth).
         FLUSHER.dropped.fetch_add(r.len(), Ordering::Relaxed);
-        // Relaxed: heuristic counts (see Flusher::inflight_bytes, Shared::started).
-        FLUSHER.inflight_bytes.fetch_sub(r.len(), Ordering::Relaxed);
-        self.started.fetch_sub(r.len(), Ordering::Relaxed);
+        self.count_dropped(r.len());
         // Release: pairs with the Acquire load of `progress` in wait_for_room (and the futex).
         FLUSHER.progress.fetch_add(1, Ordering::Release);
         // SeqCst: the other half of the handshake described above.
@@ -720,10 +731,7 @@ impl Shared {
         let mut inflight = lock(&self.inflight);
         let fd = LiveFd(file.as_raw_fd());
         let fresh = self.take_pending();
-        let bytes: u64 = fresh.iter().map(Range::len).sum();
-        // Relaxed: heuristic counts (see Flusher::inflight_bytes, Shared::started).
-        FLUSHER.inflight_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.started.fetch_add(bytes, Ordering::Relaxed);
+        self.count_started(fresh.iter().map(Range::len).sum());
         inflight.ranges.extend(fresh);
         let synced = if fdatasync { file.sync_data() } else { Ok(()) };
         while let Some(r) = inflight.ranges.pop_front() {

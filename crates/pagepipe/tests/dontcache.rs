@@ -326,14 +326,8 @@ fn expect_enospc(dir: &Path, mode: Mode) {
 
 #[test]
 fn enospc_reaches_the_caller_on_tmpfs() {
-    let fs = match SmallFs::tmpfs() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!(
-                "SKIPPED enospc_reaches_the_caller_on_tmpfs: cannot mount a tmpfs here ({why})"
-            );
-            return;
-        }
+    let Some(fs) = SmallFs::tmpfs_or_skip("enospc_reaches_the_caller_on_tmpfs") else {
+        return;
     };
     for mode in [Mode::Auto, Mode::Fallback] {
         expect_enospc(&fs.dir, mode);
@@ -342,12 +336,8 @@ fn enospc_reaches_the_caller_on_tmpfs() {
 
 #[test]
 fn enospc_reaches_the_caller_on_ext4() {
-    let fs = match SmallFs::ext4() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!("SKIPPED enospc_reaches_the_caller_on_ext4: cannot loop-mount an ext4 image here ({why})");
-            return;
-        }
+    let Some(fs) = SmallFs::ext4_or_skip("enospc_reaches_the_caller_on_ext4") else {
+        return;
     };
     for mode in [Mode::Auto, Mode::Kernel, Mode::Fallback] {
         expect_enospc(&fs.dir, mode);
@@ -398,12 +388,8 @@ fn preallocate_reserves_and_the_rest_is_given_back() {
 
 #[test]
 fn preallocate_reports_a_full_disk_before_writing() {
-    let fs = match SmallFs::ext4() {
-        Ok(fs) => fs,
-        Err(why) => {
-            println!("SKIPPED preallocate_reports_a_full_disk_before_writing: cannot loop-mount an ext4 image here ({why})");
-            return;
-        }
+    let Some(fs) = SmallFs::ext4_or_skip("preallocate_reports_a_full_disk_before_writing") else {
+        return;
     };
     let path = fs.dir.join("too-big");
     let mut w = Writer::create(&path).unwrap();

@@ -26,6 +26,16 @@ pub struct SmallFs {
 }
 
 impl SmallFs {
+    /// [`SmallFs::tmpfs`], or `None` after printing `SKIPPED {test}: ...` with the reason.
+    pub fn tmpfs_or_skip(test: &str) -> Option<SmallFs> {
+        skip_unless(SmallFs::tmpfs(), test, "mount a tmpfs")
+    }
+
+    /// [`SmallFs::ext4`], or `None` after printing `SKIPPED {test}: ...` with the reason.
+    pub fn ext4_or_skip(test: &str) -> Option<SmallFs> {
+        skip_unless(SmallFs::ext4(), test, "loop-mount an ext4 image")
+    }
+
     /// Mounts a tmpfs of 8 MiB, or says why it cannot (mounting forbidden, not root).
     pub fn tmpfs() -> Result<SmallFs, String> {
         let dir = temp_path("tmpfs-mnt");
@@ -120,5 +130,16 @@ impl SmallFs {
 impl Drop for SmallFs {
     fn drop(&mut self) {
         self.cleanup(true);
+    }
+}
+
+/// The filesystem `made`, or `None` after saying which test skips and why.
+fn skip_unless(made: Result<SmallFs, String>, test: &str, what: &str) -> Option<SmallFs> {
+    match made {
+        Ok(fs) => Some(fs),
+        Err(why) => {
+            println!("SKIPPED {test}: cannot {what} here ({why})");
+            None
+        }
     }
 }
