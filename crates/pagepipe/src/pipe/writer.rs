@@ -421,6 +421,7 @@ fn place_small(
     unsafe { stage(sh, ws.ring(), ws.head, Some(src), len) };
     let published = publish(sh, ws.head, 1, len);
     ws.head += 1;
+    super::note_next_write(ws.ring(), ws.head);
     Some(published.map(|()| len))
 }
 
@@ -472,6 +473,7 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
         }
     };
     let published = publish(sh, head - staged, staged, staged_bytes);
+    super::note_next_write(ring, head);
     ws.head = head;
     ws.cached_tail = tail;
     published.and(result)
