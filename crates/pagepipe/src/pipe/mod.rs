@@ -151,8 +151,8 @@ pub(crate) fn note_next_write(ring: Ring<'_>, head: u64) {
 /// the lines that write touches first were last touched by the peer (the reader of our
 /// replies, which released the slot before it wrote the request we are reading). Fetched now,
 /// they travel with the lines the read needs instead of after the read returns: one
-/// cache-line transfer fewer on each hop of a round trip. The addresses may no longer be
-/// mapped: `PREFETCHW` never faults.
+/// cache-line wait fewer on each hop of a round trip. The addresses may no longer be mapped:
+/// `PREFETCHW` never faults.
 #[inline]
 pub(crate) fn prefetch_next_write() {
     #[cfg(not(loom))]
@@ -1515,5 +1515,25 @@ mod tests {
         assert!(check_indices(10, 2, 8).is_ok());
         assert!(check_indices(11, 2, 8).is_err());
         assert!(check_indices(2, 3, 8).is_err());
+    }
+
+    /// The reply hint keeps raw addresses past the pipe's life: prefetching them once the
+    /// region is unmapped must be harmless (`PREFETCHW` never faults).
+    #[cfg(not(loom))]
+    #[test]
+    fn reply_hint_outlives_its_pipe() {
+        use std::io::Write;
+        let (mut w, r) = crate::pipe().unwrap();
+        w.write_all(b"x").unwrap();
+        let saved = NEXT_WRITE.with(|n| n.get());
+        assert!(
+            saved.iter().all(|p| !p.is_null()),
+            "a publishing write saves its lines"
+        );
+        drop((w, r)); // unmaps the region
+        prefetch_next_write();
+        // A far-off, never-mapped address as well.
+        NEXT_WRITE.with(|n| n.set([std::ptr::dangling::<u8>().wrapping_add(1 << 46); 3]));
+        prefetch_next_write();
     }
 }
