@@ -214,19 +214,9 @@ impl Sink {
         if let Some(len) = reserve {
             match &mut sink {
                 Sink::Pagepipe(w) => w.preallocate(len)?,
+                // As Writer::preallocate does: nothing where the filesystem cannot.
                 Sink::Plain { file, .. } => {
-                    // SAFETY: fallocate touches no user memory; the fd is the live file's.
-                    let rc = unsafe {
-                        libc::fallocate(
-                            file.as_raw_fd(),
-                            libc::FALLOC_FL_KEEP_SIZE,
-                            0,
-                            len as libc::off_t,
-                        )
-                    };
-                    if rc != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                    dontcache::reserve(file, len)?;
                 }
             }
         }

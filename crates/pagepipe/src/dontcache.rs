@@ -514,10 +514,9 @@ impl Shared {
             return false;
         }
         // Relaxed: hints; a stale value defers a range for one more round or starts it early.
-        let grant = self.grant.load(Ordering::Relaxed);
-        let window = self.window.load(Ordering::Relaxed);
-        let may_overdraw = grant > 0 || overdraft_left() >= MAX_FOLIO;
-        may_overdraw && self.dirty.load(Ordering::Relaxed) + window / 4 < window + grant
+        let may_overdraw = self.grant.load(Ordering::Relaxed) > 0 || overdraft_left() >= MAX_FOLIO;
+        let quarter = self.window.load(Ordering::Relaxed) / 4;
+        may_overdraw && self.dirty.load(Ordering::Relaxed) + quarter < self.limit()
     }
 
     /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
@@ -1450,7 +1449,7 @@ impl Writer {
     /// `fallocate`'s: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len`
     /// bytes, [`io::ErrorKind::FileTooLarge`] past its largest file.
     pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
-        if sys::fallocate_keep_size(&self.file, len)? {
+        if reserve(&self.file, len)? {
             self.reserved = self.reserved.max(len);
         }
         Ok(())
@@ -1997,6 +1996,18 @@ pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u
 /// The OS's error, e.g. `ESPIPE` for a pipe.
 pub fn drop_cache(file: &File) -> io::Result<()> {
     sys::fadvise_dontneed(file, 0, 0)
+}
+
+/// Reserves disk blocks for `file`'s first `len` bytes without changing its size (`fallocate(2)`
+/// with `FALLOC_FL_KEEP_SIZE`); `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`). What
+/// [`Writer::preallocate`] does, for files written some other way (benchmarks reserve every
+/// mode's file alike with it). The reserved blocks past the end stay until the file is truncated.
+///
+/// # Errors
+/// The OS's error: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes,
+/// [`io::ErrorKind::FileTooLarge`] past its largest file.
+pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
+    sys::fallocate_keep_size(file, len)
 }
 
 #[cfg(test)]

@@ -407,14 +407,10 @@ fn place_small(
     src: &mut Source<'_>,
 ) -> Option<io::Result<usize>> {
     let len = src.len();
-    if ring::is_full(ws.head, ws.cached_tail, ws.limit) {
-        ws.cached_tail = match sh.load_tail(ws.head, ws.ring_size) {
-            Ok(tail) => tail,
-            Err(e) => return Some(Err(e)),
-        };
-        if ring::is_full(ws.head, ws.cached_tail, ws.limit) {
-            return None;
-        }
+    match slot_free(sh, ws.head, &mut ws.cached_tail, ws.limit, ws.ring_size) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => return Some(Err(e)),
     }
     // SAFETY: the position at head is free (the ring is not full), so its page is ours until
     // published; len < slot_size (write_small's condition); `src` holds len bytes.
@@ -423,6 +419,22 @@ fn place_small(
     ws.head += 1;
     super::note_next_write(ws.ring(), ws.head);
     Some(published.map(|()| len))
+}
+
+/// Whether slot `head` is free with `limit` slots usable in a ring of `ring_size`: by the cached
+/// `tail` when that says so (the real tail is never behind it), else by the tail word, which
+/// refreshes `tail`.
+fn slot_free(
+    sh: &Shared,
+    head: u64,
+    tail: &mut u64,
+    limit: u64,
+    ring_size: usize,
+) -> io::Result<bool> {
+    if ring::is_full(head, *tail, limit) {
+        *tail = sh.load_tail(head, ring_size)?;
+    }
+    Ok(!ring::is_full(head, *tail, limit))
 }
 
 /// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.
@@ -445,14 +457,10 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
         if src.len() == 0 {
             break Ok(done);
         }
-        if ring::is_full(head, tail, limit) {
-            tail = match sh.load_tail(head, ring.size) {
-                Ok(t) => t,
-                Err(e) => break Err(e),
-            };
-            if ring::is_full(head, tail, limit) {
-                break Ok(done);
-            }
+        match slot_free(sh, head, &mut tail, limit, ring.size) {
+            Ok(true) => {}
+            Ok(false) => break Ok(done),
+            Err(e) => break Err(e),
         }
         let n = src.len().min(ring.slot_size());
         if n < src.len() {
