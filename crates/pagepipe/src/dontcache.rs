@@ -58,7 +58,7 @@
 //! [`Writer::finish`] writes its data out and drops it from the cache on a best-effort basis,
 //! ignoring errors, like dropping a [`File`].
 
-use crate::sys::{self, RangeSync};
+use crate::sys::{self, fs::RangeSync};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -75,7 +75,7 @@ pub const DEFAULT_WINDOW: usize = 32 << 20;
 /// The smallest window [`Writer::with_window`] accepts (smaller requests are raised to it).
 pub const MIN_WINDOW: usize = 256 << 10;
 
-const PAGE: u64 = sys::PAGE_SIZE as u64;
+const PAGE: u64 = sys::mm::PAGE_SIZE as u64;
 
 /// The largest page-cache folio (a PMD: 2 MiB with 4 KiB pages on x86-64 and arm64). Folios are
 /// naturally aligned, and `POSIX_FADV_DONTNEED` skips a folio that sticks out of its range, so
@@ -626,7 +626,7 @@ impl Shared {
     }
 
     fn start(&self, fd: LiveFd, r: Range) {
-        if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
+        if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
             self.set_error(
                 &e,
                 format!("starting writeback of bytes {}..{}", r.start, r.end),
@@ -658,7 +658,7 @@ impl Shared {
         while i < inflight.ranges.len() && scanned < SCAN_LIMIT {
             let r = inflight.ranges[i];
             scanned += 1;
-            match sys::cachestat(&fd, r.start, r.len()) {
+            match sys::fs::cachestat(&fd, r.start, r.len()) {
                 Ok(cs) if cs.nr_writeback > 0 => {
                     busy = true;
                     i += 1;
@@ -678,7 +678,7 @@ impl Shared {
             }
             inflight.ranges.remove(i);
             // Written back already, this returns at once, with the writeback's error if it failed.
-            if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+            if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
                 self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
             }
             self.drop_range(fd, r);
@@ -698,7 +698,7 @@ impl Shared {
     fn drop_range(&self, fd: LiveFd, r: Range) {
         // Fails only for a bad fd or a non-regular file, both excluded when the writer was made;
         // a failure would leave pages cached, never lose data.
-        let _ = sys::fadvise_dontneed(&fd, r.start, r.len());
+        let _ = sys::fs::fadvise_dontneed(&fd, r.start, r.len());
         // SeqCst: with the SeqCst increment of `waiters` in Writer::wait_for_room and the SeqCst
         // load of `dirty` in over_limit, and the SeqCst load of `waiters` below, this is a
         // store-load (Dekker) handshake: either the writer sees the new count or we see it
@@ -717,7 +717,7 @@ impl Shared {
         FLUSHER.progress.fetch_add(1, Ordering::Release);
         // SeqCst: the other half of the handshake described above.
         if FLUSHER.waiters.load(Ordering::SeqCst) > 0 {
-            sys::futex_wake_all(&FLUSHER.progress);
+            sys::futex::wake_all(&FLUSHER.progress);
         }
     }
 
@@ -735,7 +735,7 @@ impl Shared {
         let synced = if fdatasync { file.sync_data() } else { Ok(()) };
         while let Some(r) = inflight.ranges.pop_front() {
             if !fdatasync {
-                if let Err(e) = sys::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+                if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
                     self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
                 }
             }
@@ -1168,7 +1168,7 @@ impl Flusher {
         // Release: pairs with the Acquire swap in `run`, so the flusher sees what was recorded
         // before the kick.
         if self.kick.swap(1, Ordering::Release) == 0 {
-            sys::futex_wake_all(&self.kick);
+            sys::futex::wake_all(&self.kick);
         }
     }
 
@@ -1183,7 +1183,7 @@ impl Flusher {
     fn kick_reaper(&self) {
         // Release: pairs with the Acquire swap in `reap`, so the reaper sees the queued range.
         if self.reap.swap(1, Ordering::Release) == 0 {
-            sys::futex_wake_all(&self.reap);
+            sys::futex::wake_all(&self.reap);
         }
     }
 
@@ -1216,7 +1216,7 @@ impl Flusher {
                 // ends, held-back ones when ranges in flight complete.
                 let tick = if held { FLUSHER_POLL } else { FLUSHER_TICK };
                 // A kick between the swap above and this wait changed the word: no sleep.
-                sys::futex_wait(&self.kick, 0, (!idle).then_some(tick));
+                sys::futex::wait(&self.kick, 0, (!idle).then_some(tick));
             }
         }
     }
@@ -1261,7 +1261,7 @@ impl Flusher {
             drop(writers);
             if !busy && !kicked {
                 // A queued range between the swap above and this wait changed the word.
-                sys::futex_wait(&self.reap, 0, in_flight.then_some(FLUSHER_POLL));
+                sys::futex::wait(&self.reap, 0, in_flight.then_some(FLUSHER_POLL));
             }
         }
     }
@@ -1524,7 +1524,7 @@ impl Writer {
 
     /// The first non-empty write in Auto mode: try the flag, settle the mode.
     fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+        match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => {
                 self.mode = Mode::Kernel;
                 self.after_kernel_write(n);
@@ -1540,7 +1540,7 @@ impl Writer {
     }
 
     fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = match sys::pwritev2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+        let n = match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
             Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
@@ -1557,7 +1557,7 @@ impl Writer {
             return;
         }
         self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
-        if let Ok(cs) = sys::cachestat(&self.file, 0, 0) {
+        if let Ok(cs) = sys::fs::cachestat(&self.file, 0, 0) {
             self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
         }
     }
@@ -1687,7 +1687,7 @@ impl Writer {
             // Acquire: pairs with the Release store in Shared::set_error.
             let done = !s.over_limit() || s.failed.load(Ordering::Acquire);
             if !done {
-                sys::futex_wait(&FLUSHER.progress, seen, Some(WINDOW_RECHECK));
+                sys::futex::wait(&FLUSHER.progress, seen, Some(WINDOW_RECHECK));
             }
             // Relaxed: only the increment above takes part in the handshake.
             FLUSHER.waiters.fetch_sub(1, Ordering::Relaxed);
@@ -1847,16 +1847,15 @@ impl Reader {
         }
         match self.mode {
             Mode::Fallback => self.read_fallback(buf, offset),
-            Mode::Kernel => {
-                sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE).map_err(|e| {
+            Mode::Kernel => sys::fs::preadv2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE)
+                .map_err(|e| {
                     if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                         unsupported(e)
                     } else {
                         e
                     }
-                })
-            }
-            Mode::Auto => match sys::preadv2(&self.file, buf, offset, sys::RWF_DONTCACHE) {
+                }),
+            Mode::Auto => match sys::fs::preadv2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
                 Ok(n) => {
                     self.mode = Mode::Kernel;
                     Ok(n)
@@ -1894,8 +1893,11 @@ impl Reader {
         let end = self.undropped.end.min(upto);
         if end > self.undropped.start {
             // Only fails for a bad fd or a non-regular file (excluded at creation).
-            let _ =
-                sys::fadvise_dontneed(&self.file, self.undropped.start, end - self.undropped.start);
+            let _ = sys::fs::fadvise_dontneed(
+                &self.file,
+                self.undropped.start,
+                end - self.undropped.start,
+            );
             self.undropped.start = end;
         }
     }
@@ -1975,13 +1977,13 @@ pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u
     } else {
         range.end.saturating_sub(start)
     };
-    match sys::cachestat(file, start, len) {
+    match sys::fs::cachestat(file, start, len) {
         Ok(cs) => Ok(cs.nr_cache * PAGE),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
             let size = file.metadata()?.len();
             let end = range.end.min(size);
-            let total = sys::file_resident_pages(file, end)?;
-            let before = sys::file_resident_pages(file, start.min(end))?;
+            let total = sys::fs::file_resident_pages(file, end)?;
+            let before = sys::fs::file_resident_pages(file, start.min(end))?;
             Ok((total - before) * PAGE)
         }
         Err(e) => Err(e),
@@ -1995,7 +1997,7 @@ pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u
 /// # Errors
 /// The OS's error, e.g. `ESPIPE` for a pipe.
 pub fn drop_cache(file: &File) -> io::Result<()> {
-    sys::fadvise_dontneed(file, 0, 0)
+    sys::fs::fadvise_dontneed(file, 0, 0)
 }
 
 /// Reserves disk blocks for `file`'s first `len` bytes without changing its size (`fallocate(2)`
@@ -2007,7 +2009,7 @@ pub fn drop_cache(file: &File) -> io::Result<()> {
 /// The OS's error: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes,
 /// [`io::ErrorKind::FileTooLarge`] past its largest file.
 pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
-    sys::fallocate_keep_size(file, len)
+    sys::fs::fallocate_keep_size(file, len)
 }
 
 #[cfg(test)]
@@ -2091,7 +2093,7 @@ mod tests {
             .truncate(true)
             .open(&path)
             .unwrap();
-        if let Err(e) = sys::cachestat(&file, 0, 0) {
+        if let Err(e) = sys::fs::cachestat(&file, 0, 0) {
             // Without cachestat the reaper waits for the oldest range, in order.
             eprintln!("SKIPPED completed_ranges_are_dropped_behind_a_busy_one: no cachestat: {e}");
             std::fs::remove_file(&path).unwrap();
@@ -2105,8 +2107,8 @@ mod tests {
             shared.record(off, 8192);
         }
         // The newer range is written back; the older one is still dirty and not started.
-        sys::sync_file_range(&file, b, 8192, RangeSync::Start).unwrap();
-        sys::sync_file_range(&file, b, 8192, RangeSync::Wait).unwrap();
+        sys::fs::sync_file_range(&file, b, 8192, RangeSync::Start).unwrap();
+        sys::fs::sync_file_range(&file, b, 8192, RangeSync::Wait).unwrap();
         let taken = shared.take_pending();
         assert_eq!(taken.len(), 2);
         lock(&shared.inflight).ranges.extend(taken);

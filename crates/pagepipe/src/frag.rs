@@ -14,7 +14,7 @@
 //! Spare chunks are the memory [`crate::shrink`] gives back to the OS.
 
 use crate::sync::{fence, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
-use crate::sys::{Mapping, PAGE_SIZE};
+use crate::sys::mm::{Mapping, PAGE_SIZE};
 use std::alloc::Layout;
 use std::fmt;
 use std::ops::{Deref, DerefMut};

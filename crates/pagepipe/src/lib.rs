@@ -38,7 +38,7 @@ mod pressure;
 mod region;
 mod ring;
 mod sync;
-mod sys;
+use pagepipe_sys as sys;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub mod tokio;
 
@@ -105,7 +105,7 @@ impl Builder {
         Builder {
             capacity: DEFAULT_CAPACITY,
             policy: PoolPolicy::default(),
-            slot_size: sys::PAGE_SIZE,
+            slot_size: sys::mm::PAGE_SIZE,
             packet: false,
             notifications: None,
         }
@@ -167,7 +167,7 @@ impl Builder {
                 "build_notifications needs Builder::notifications(records)",
             ));
         };
-        if !sys::page_size_ok() {
+        if !sys::mm::page_size_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "pagepipe needs 4 KiB pages",
@@ -192,7 +192,7 @@ impl Builder {
         }
         pipe::check_slot_size(self.slot_size)?;
         let ring_size = pipe::ring_size_for(self.capacity, self.slot_size)?;
-        if !sys::page_size_ok() {
+        if !sys::mm::page_size_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "pagepipe needs 4 KiB pages",

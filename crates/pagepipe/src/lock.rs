@@ -267,12 +267,12 @@ impl SideLock {
     /// Sleeps while the word is `seen`, at most `timeout`; false on timeout.
     #[cfg(not(loom))]
     fn sleep(&self, seen: u64, timeout: Duration) -> bool {
-        crate::sys::futex_wait_shared(self.word.as_ptr().cast(), seen as u32, Some(timeout))
+        crate::sys::futex::wait_shared(self.word.as_ptr().cast(), seen as u32, Some(timeout))
     }
 
     #[cfg(not(loom))]
     fn wake_one(&self) {
-        crate::sys::futex_wake_one_shared(self.word.as_ptr().cast());
+        crate::sys::futex::wake_one_shared(self.word.as_ptr().cast());
     }
 
     #[cfg(loom)]
@@ -313,7 +313,7 @@ const SPIN_CHECK: u32 = 1 << 12;
 #[cfg(not(loom))]
 fn holder_alive(word: u64) -> bool {
     let tid = (word & TID_MASK) as u32;
-    crate::sys::thread_start_time(tid) == Some((word >> 32) as u32)
+    crate::sys::thread::thread_start_time(tid) == Some((word >> 32) as u32)
 }
 
 /// Under loom no thread dies: every holder is alive.
@@ -333,8 +333,8 @@ thread_local! {
 pub(crate) fn me() -> u64 {
     ME.with(|c| {
         if c.get() == 0 {
-            let tid = crate::sys::gettid();
-            let start = crate::sys::thread_start_time(tid).unwrap_or(0);
+            let tid = crate::sys::thread::gettid();
+            let start = crate::sys::thread::thread_start_time(tid).unwrap_or(0);
             c.set((u64::from(start) << 32) | (u64::from(tid) & TID_MASK));
         }
         c.get()

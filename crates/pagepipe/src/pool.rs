@@ -179,7 +179,9 @@ pub(crate) fn trim_all(force: bool) -> usize {
 #[cfg(not(loom))]
 pub(crate) fn init_fork_handling() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| crate::sys::at_fork(before_fork, after_fork_parent, after_fork_child));
+    ONCE.call_once(|| {
+        crate::sys::thread::at_fork(before_fork, after_fork_parent, after_fork_child)
+    });
 }
 
 #[cfg(not(loom))]

@@ -112,8 +112,8 @@ impl PressureMonitor {
             ));
         }
         let trigger = format!("some {} {}", stall.as_micros(), window.as_micros());
-        let psi = crate::sys::psi_trigger(path, &trigger)?;
-        let stop = crate::sys::eventfd()?;
+        let psi = crate::sys::psi::psi_trigger(path, &trigger)?;
+        let stop = crate::sys::poll::eventfd()?;
         let stop_rx = stop.try_clone()?;
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
@@ -131,7 +131,7 @@ impl PressureMonitor {
 /// The monitor thread: sleeps in poll until the trigger fires (then shrinks) or `stop` wakes it.
 fn watch(psi: std::fs::File, stop: OwnedFd, counters: &Counters) {
     loop {
-        match crate::sys::poll_two(psi.as_fd(), stop.as_fd(), POLL_TICK) {
+        match crate::sys::poll::poll_two(psi.as_fd(), stop.as_fd(), POLL_TICK) {
             Ok((_, true)) => return,
             Ok((revents, false)) if revents & (libc::POLLERR | libc::POLLNVAL) != 0 => return,
             Ok((revents, false)) if revents & libc::POLLPRI != 0 => {
@@ -148,7 +148,7 @@ fn watch(psi: std::fs::File, stop: OwnedFd, counters: &Counters) {
 
 impl Drop for PressureMonitor {
     fn drop(&mut self) {
-        crate::sys::eventfd_signal(self.stop.as_fd());
+        crate::sys::poll::eventfd_signal(self.stop.as_fd());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

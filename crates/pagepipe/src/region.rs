@@ -18,7 +18,7 @@
 use crate::lock::SideLock;
 use crate::pool::PoolPolicy;
 use crate::sync::{AtomicU64, ColdU32, ColdU64, Futex, Ordering, Padded};
-use crate::sys::PAGE_SIZE;
+use crate::sys::mm::PAGE_SIZE;
 use std::io;
 use std::ptr::NonNull;
 
@@ -249,7 +249,7 @@ pub(crate) struct Region {
 /// The memory file and this process's mapping of it.
 #[cfg(not(loom))]
 struct Backing {
-    map: crate::sys::Mapping,
+    map: crate::sys::mm::Mapping,
     memfd: std::os::fd::OwnedFd,
 }
 
@@ -300,9 +300,9 @@ impl Region {
         let max_ring = max_ring_for(config.slot_size);
         debug_assert!(ring_size <= max_ring && ring_size.is_power_of_two());
         let layout = Layout::of(config.slot_size, max_ring);
-        let memfd = crate::sys::sealed_memfd(layout.total as u64)?;
+        let memfd = crate::sys::memfd::sealed_memfd(layout.total as u64)?;
         use std::os::fd::AsFd;
-        let map = crate::sys::Mapping::shared(memfd.as_fd(), layout.total)?;
+        let map = crate::sys::mm::Mapping::shared(memfd.as_fd(), layout.total)?;
         let region = Region::from_backing(Backing { map, memfd }, layout, config, max_ring);
         region.init(ring_size);
         Ok(region)
@@ -417,7 +417,7 @@ impl Region {
     #[cfg(not(loom))]
     pub(crate) fn attach(memfd: std::os::fd::OwnedFd) -> io::Result<Region> {
         use std::os::fd::AsFd;
-        let (size, seals) = crate::sys::memfd_info(memfd.as_fd())?;
+        let (size, seals) = crate::sys::memfd::memfd_info(memfd.as_fd())?;
         if seals & libc::F_SEAL_SHRINK == 0 {
             return Err(invalid(
                 "the memory file is not sealed against shrinking (not a pagepipe region)",
@@ -427,7 +427,7 @@ impl Region {
             .ok()
             .filter(|s| *s >= HEADER_SIZE && s % PAGE_SIZE == 0)
             .ok_or_else(|| invalid(format!("a memory file of {size} bytes is not a region")))?;
-        let map = crate::sys::Mapping::shared(memfd.as_fd(), size)?;
+        let map = crate::sys::mm::Mapping::shared(memfd.as_fd(), size)?;
         // SAFETY: the mapping is at least HEADER_SIZE bytes, page aligned, and Header is all
         // atomics, valid for any bit pattern.
         let h = unsafe { &*map.as_ptr().cast::<Header>() };
@@ -562,7 +562,7 @@ impl Region {
             "page range out of the region"
         );
         #[cfg(not(loom))]
-        crate::sys::advise_raw_populate(self.page(first), 0, count * self.config.slot_size);
+        crate::sys::mm::advise_raw_populate(self.page(first), 0, count * self.config.slot_size);
     }
 
     /// Resident 4 KiB pages of position `pos`'s page (`mincore(2)`).

@@ -71,7 +71,7 @@ impl Futex {
     pub(crate) fn wait(&self, seq: u32, timeout: Option<Duration>) -> bool {
         #[cfg(not(loom))]
         {
-            crate::sys::futex_wait_shared(self.word.as_ptr(), seq, timeout)
+            crate::sys::futex::wait_shared(self.word.as_ptr(), seq, timeout)
         }
         #[cfg(loom)]
         {
@@ -91,7 +91,7 @@ impl Futex {
         // Release: pairs with the Acquire load in `seq`.
         self.word.fetch_add(1, Ordering::Release);
         #[cfg(not(loom))]
-        crate::sys::futex_wake_shared(self.word.as_ptr());
+        crate::sys::futex::wake_shared(self.word.as_ptr());
         #[cfg(loom)]
         {
             let _guard = self.lock.lock().unwrap();

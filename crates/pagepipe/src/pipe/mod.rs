@@ -50,7 +50,7 @@ use crate::lock::{self, Taken, TICK};
 use crate::region::{self, invalid, Config, Region, Slot, DROPPED, END_MASK, R, RELEASED, W};
 use crate::ring::{self, ONE, WAITING};
 use crate::sync::{Arc, AtomicU64, ColdBool, ColdU64, Futex, Ordering};
-use crate::sys::PAGE_SIZE;
+use crate::sys::mm::PAGE_SIZE;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -1179,8 +1179,8 @@ impl End {
             let charged = h.charged[which].load(Ordering::Relaxed) != 0;
             let fd = self.signal(which);
             let done = match (self.side, charged, want[which]) {
-                (W, false, true) => crate::sys::write_byte(fd).map(|()| 1),
-                (R, true, false) => crate::sys::read_byte(fd).map(|()| 0),
+                (W, false, true) => crate::sys::pipe::write_byte(fd).map(|()| 1),
+                (R, true, false) => crate::sys::pipe::read_byte(fd).map(|()| 0),
                 _ => continue,
             };
             // A failure (a peer that lied about the state) is repaired by recover_signals on
@@ -1200,7 +1200,7 @@ impl End {
         }
         let h = self.shared.header();
         for which in [READABLE, FULL] {
-            if let Ok(n) = crate::sys::fionread(self.signal(which)) {
+            if let Ok(n) = crate::sys::pipe::fionread(self.signal(which)) {
                 h.charged[which].store(u32::from(n > 0), Ordering::Relaxed);
             }
         }
@@ -1240,7 +1240,7 @@ impl End {
         } else {
             (self.signal(FULL), libc::POLLERR)
         };
-        let gone = crate::sys::poll_now(fd, 0) & gone != 0;
+        let gone = crate::sys::poll::poll_now(fd, 0) & gone != 0;
         if gone {
             // Acquire: the peers' last publications happened before their descriptors closed,
             // which the kernel's poll observed; our later loads of head/tail must see them.
@@ -1453,15 +1453,15 @@ pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<(Writer, Re
     #[cfg(not(loom))]
     let (w, r) = {
         use std::os::fd::AsFd;
-        let (readable_r, readable_w) = crate::sys::os_pipe()?;
-        let (full_r, full_w) = crate::sys::os_pipe()?;
+        let (readable_r, readable_w) = crate::sys::pipe::os_pipe()?;
+        let (full_r, full_w) = crate::sys::pipe::os_pipe()?;
         for fd in [&readable_r, &readable_w, &full_r, &full_w] {
-            crate::sys::set_fd_nonblocking(fd.as_fd())?;
+            crate::sys::fd::set_fd_nonblocking(fd.as_fd())?;
         }
         // One byte fills it: the writer's descriptor polls POLLOUT exactly while it is empty.
-        crate::sys::set_pipe_size(full_w.as_fd(), PAGE_SIZE)?;
+        crate::sys::pipe::set_pipe_size(full_w.as_fd(), PAGE_SIZE)?;
         // Nobody polls yet: the readable pipe starts charged (see End::enable_polling).
-        crate::sys::write_byte(readable_w.as_fd())?;
+        crate::sys::pipe::write_byte(readable_w.as_fd())?;
         // Indexed by FULL (0) and READABLE (1).
         (
             End::new(shared.clone(), W, [full_w, readable_w]),

@@ -32,7 +32,7 @@ use crate::lock;
 use crate::region::{invalid, Header, LOSS, R, RELEASED};
 use crate::ring;
 use crate::sync::{fence, Arc, Ordering};
-use crate::sys::PAGE_SIZE;
+use crate::sys::mm::PAGE_SIZE;
 use std::io;
 use std::time::{Duration, Instant};
 

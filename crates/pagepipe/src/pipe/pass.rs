@@ -38,12 +38,12 @@ impl End {
         msg[..6].copy_from_slice(TAG);
         msg[6] = self.side() as u8;
         self.shared.expose();
-        sys::send_fds(sock.as_fd(), &msg, &self.raw_fds())
+        sys::net::send_fds(sock.as_fd(), &msg, &self.raw_fds())
     }
 
     fn recv_from(sock: &UnixStream, side: usize) -> io::Result<End> {
         let mut msg = [0u8; 16];
-        let (n, fds) = sys::recv_fds(sock.as_fd(), &mut msg, 3)?;
+        let (n, fds) = sys::net::recv_fds(sock.as_fd(), &mut msg, 3)?;
         if n == 0 && fds.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -100,7 +100,7 @@ impl End {
         unsafe {
             cmd.pre_exec(move || {
                 let _ = &keep;
-                fds.iter().try_for_each(|&fd| sys::clear_cloexec(fd))
+                fds.iter().try_for_each(|&fd| sys::fd::clear_cloexec(fd))
             })
         };
         Ok(())
@@ -127,7 +127,7 @@ impl End {
                 format!("the pipe end in {var} was already taken by this process"),
             ));
         }
-        if !fds.iter().all(|&fd| sys::fd_is_open(fd)) {
+        if !fds.iter().all(|&fd| sys::fd::fd_is_open(fd)) {
             return Err(invalid(format!(
                 "{var}={value:?} names descriptors this process does not have (not inherited?)"
             )));
@@ -136,13 +136,13 @@ impl End {
         let [m, a, b] = fds.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
         check_signal(a, side)?;
         check_signal(b, side)?;
-        sys::memfd_info(m)?;
+        sys::memfd::memfd_info(m)?;
         taken.push(var.to_string());
         // SAFETY: the descriptors were inherited for us (pass_to set the variable and cleared
         // close-on-exec on exactly these), and TAKEN makes this the only owner.
         let [memfd, a, b] = fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
         for fd in [&memfd, &a, &b] {
-            sys::set_cloexec(fd.as_fd())?;
+            sys::fd::set_cloexec(fd.as_fd())?;
         }
         End::attach(memfd, [a, b], side)
     }
@@ -163,7 +163,7 @@ fn parse_env(value: &str, side: usize) -> Option<[RawFd; 3]> {
 
 /// Checks that `fd` is the right end of a kernel pipe for `side`: write ends for a writer.
 fn check_signal(fd: BorrowedFd<'_>, side: usize) -> io::Result<()> {
-    match sys::pipe_end_kind(fd)? {
+    match sys::pipe::pipe_end_kind(fd)? {
         Some(is_write) if is_write == (side == W) => Ok(()),
         Some(_) => Err(invalid(format!(
             "a signal descriptor of the end is the wrong end of its pipe for a {}",

@@ -67,7 +67,7 @@ impl Reader {
             if used == 0 {
                 return Ok(0); // end of file
             }
-            sys::writev(fd.as_fd(), &iov[..used])?
+            sys::io::writev(fd.as_fd(), &iov[..used])?
         };
         chunk.consume(n);
         Ok(n)
@@ -108,7 +108,7 @@ impl Writer {
             let lb = b.len().min(len - la);
             let mut iov = [IoSliceMut::new(&mut a[..la]), IoSliceMut::new(&mut b[..lb])];
             let used = if lb == 0 { 1 } else { 2 };
-            sys::readv(fd.as_fd(), &mut iov[..used])?
+            sys::io::readv(fd.as_fd(), &mut iov[..used])?
         };
         Ok(chunk.commit(n))
     }
@@ -217,8 +217,8 @@ fn same_pipe(from: &Reader, to: &Writer) -> io::Result<bool> {
     if std::sync::Arc::ptr_eq(a, b) {
         return Ok(true);
     }
-    let ida = sys::file_id(a.region.memfd()).map_err(|e| invalid(e.to_string()))?;
-    let idb = sys::file_id(b.region.memfd()).map_err(|e| invalid(e.to_string()))?;
+    let ida = sys::memfd::file_id(a.region.memfd()).map_err(|e| invalid(e.to_string()))?;
+    let idb = sys::memfd::file_id(b.region.memfd()).map_err(|e| invalid(e.to_string()))?;
     Ok(ida == idb)
 }
 

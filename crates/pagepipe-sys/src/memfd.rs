@@ -1,0 +1,75 @@
+//! Sealed memory files, for regions shared between processes (`memfd_create(2)`, `fcntl(2)` seals, `fstat(2)`).
+
+use crate::cvt;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// A sealed anonymous memory file of `len` bytes (`memfd_create(2)`, `ftruncate(2)`, then
+/// `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL` so no holder can change its size: a shrunk file
+/// would turn accesses of everyone's mapping into SIGBUS). Close-on-exec; no name in any file
+/// system, visible only to processes given the descriptor.
+pub fn sealed_memfd(len: u64) -> io::Result<OwnedFd> {
+    const MFD_NOEXEC_SEAL: libc::c_uint = 0x8;
+    let name = c"pagepipe";
+    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: `name` is a NUL-terminated string; memfd_create has no other preconditions.
+    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), base | MFD_NOEXEC_SEAL) };
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // Kernels before 6.3 do not know MFD_NOEXEC_SEAL.
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(name.as_ptr(), base) };
+    }
+    cvt(fd)?;
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let size = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
+    // SAFETY: ftruncate and fcntl on a descriptor we own touch no user memory.
+    unsafe {
+        cvt(libc::ftruncate(fd.as_raw_fd(), size))?;
+        cvt(libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        ))?;
+    }
+    Ok(fd)
+}
+
+/// Size in bytes and seals of a memory file received from elsewhere (`fstat(2)`,
+/// `F_GET_SEALS`), for validation before mapping it.
+pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call; the fd is borrowed from a live descriptor.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("descriptor {} is not a memory file", fd.as_raw_fd()),
+        ));
+    }
+    // SAFETY: F_GET_SEALS touches no user memory.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "descriptor {} cannot be sealed (not a memfd): {}",
+                fd.as_raw_fd(),
+                io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok((st.st_size as u64, seals))
+}
+
+/// The file `fd` refers to, as `(device, inode)` (`fstat(2)`): equal for two descriptors of
+/// the same memory file, in whichever process they were opened.
+pub fn file_id(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` to the pointer we pass.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
+}

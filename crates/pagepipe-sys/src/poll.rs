@@ -1,0 +1,79 @@
+//! Readiness: `poll(2)` and `eventfd(2)`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// `poll(2)` of one descriptor with a zero timeout: its `revents`.
+pub fn poll_now(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::c_short {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is a live pollfd for the call.
+        let rc = unsafe { libc::poll(&mut p, 1, 0) };
+        if rc >= 0 {
+            return p.revents;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return 0;
+        }
+    }
+}
+
+/// A non-blocking eventfd (`eventfd(2)`), used to wake a thread sleeping in [`poll_two`].
+pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd has no memory-safety preconditions.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd's counter (`eventfd(2)`), waking pollers.
+pub fn eventfd_signal(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to a descriptor we borrow.
+    let rc = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    // Only fails when the counter is about to overflow: a wakeup is pending anyway.
+    let _ = rc;
+}
+
+/// Waits (`poll(2)`) until `pri` reports `POLLPRI` (or an error) or `wake` becomes readable, at
+/// most `timeout`. Returns `(revents of pri, wake fired)`; an interrupted wait returns `(0, false)`.
+pub fn poll_two(
+    pri: std::os::fd::BorrowedFd<'_>,
+    wake: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> io::Result<(libc::c_short, bool)> {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd {
+            fd: pri.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a live array of two pollfd structures for the duration of the call.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok((0, false))
+        } else {
+            Err(e)
+        };
+    }
+    Ok((fds[0].revents, fds[1].revents != 0))
+}
