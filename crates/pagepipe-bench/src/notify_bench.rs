@@ -149,9 +149,7 @@ fn kernel_once() -> io::Result<Run> {
 /// One pagepipe run: posters post until stopped, counting inside the measured window; this
 /// thread drains (stalling after each read if asked).
 fn pagepipe_once(l: &Load) -> io::Result<Record> {
-    let (n, r) = Builder::new()
-        .notifications(l.records)
-        .build_notifications()?;
+    let (n, r) = Builder::new().notifications(l.records).build()?;
     let flags = Flags::new()?;
     let mut r = Some(r);
     let mut workers = Vec::new();
@@ -198,7 +196,11 @@ fn pagepipe_once(l: &Load) -> io::Result<Record> {
     Ok(rec)
 }
 
-fn drain_once(r: &mut pagepipe::Reader, buf: &mut [u8], stall: Option<Duration>) -> io::Result<()> {
+fn drain_once(
+    r: &mut pagepipe::NotificationReader,
+    buf: &mut [u8],
+    stall: Option<Duration>,
+) -> io::Result<()> {
     let _records_read = r.read(buf)?; // whole records; the posters count them
     if let Some(s) = stall {
         std::thread::sleep(s);

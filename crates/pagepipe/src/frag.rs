@@ -246,7 +246,7 @@ impl Shared {
 }
 
 #[cfg(not(loom))]
-impl crate::pool::Trim for Shared {
+impl crate::reclaim::Trim for Shared {
     fn trim(&self, force: bool) -> usize {
         Shared::trim(self, force)
     }
@@ -381,8 +381,9 @@ impl FragCache {
         });
         #[cfg(not(loom))]
         {
-            let weak: std::sync::Weak<dyn crate::pool::Trim> = Arc::downgrade(&shared) as _;
-            crate::pool::register(weak);
+            let weak: std::sync::Weak<dyn crate::reclaim::Trim> = Arc::downgrade(&shared) as _;
+            crate::fork::install();
+            crate::reclaim::register(weak);
         }
         FragCache {
             cur: None,

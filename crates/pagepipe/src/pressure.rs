@@ -1,9 +1,8 @@
-//! Giving memory back under pressure: [`shrink`] and the PSI-driven [`PressureMonitor`].
-//!
-//! Every pipe and every [`crate::FragCache`] registers its spare memory in one process-wide
-//! registry (`pool.rs`). [`shrink`] empties all of it now; a [`PressureMonitor`] calls [`shrink`]
-//! by itself whenever the kernel reports memory pressure (Linux PSI, `/proc/pressure/memory`).
+//! Giving memory back under pressure: the PSI-driven [`PressureMonitor`], which calls
+//! [`shrink`] by itself whenever the kernel reports memory pressure (Linux PSI,
+//! `/proc/pressure/memory`).
 
+use crate::reclaim::shrink;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -11,31 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// Gives every pipe's spare pages and every [`crate::FragCache`]'s spare chunks back to the OS
-/// now, and returns how many bytes that released. Memory in use is never touched: pages holding
-/// pipe data, chunks with a live fragment, the chunk a cache is carving. A pipe in the middle of
-/// a write is skipped.
-///
-/// ```
-/// let mut cache = pagepipe::FragCache::with_chunk_size(4096);
-/// let a = cache.alloc(4096);
-/// let b = cache.alloc(4096); // moves to a second chunk while `a` lives
-/// drop(a); // a's chunk becomes a spare chunk
-/// assert!(pagepipe::shrink() >= 4096);
-/// assert_eq!(cache.stats().spare_chunks, 0);
-/// drop(b);
-/// ```
-pub fn shrink() -> usize {
-    #[cfg(not(loom))]
-    {
-        crate::pool::trim_all(true)
-    }
-    #[cfg(loom)]
-    {
-        0
-    }
-}
 
 /// Where the kernel reports memory pressure.
 const PSI_MEMORY: &str = "/proc/pressure/memory";

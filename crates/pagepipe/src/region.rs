@@ -2,7 +2,7 @@
 //!
 //! Every process holding an end maps the same memory file, at an address of its own: the region
 //! holds offsets and indices, never pointers, and only fixed-width integers. The geometry is
-//! reserved for the largest capacity a pipe may have ([`crate::MAX_CAPACITY`]) when the pipe is
+//! reserved for the largest capacity a pipe may have ([`MAX_CAPACITY`]) when the pipe is
 //! made, so resizing never remaps (a sparse memory file costs nothing until touched).
 //!
 //! Trust: a peer may write anything anywhere in the region at any time. The immutable words
@@ -15,8 +15,9 @@
 //! Under `cfg(loom)` the same header lives on the heap with loom's atomics, so the ring, wait and
 //! lock protocols stay model-checked.
 
+use crate::error::{invalid, invalid_input};
 use crate::lock::SideLock;
-use crate::pool::PoolPolicy;
+use crate::pool::policy::PoolPolicy;
 use crate::sync::{AtomicU64, ColdU32, ColdU64, Futex, Ordering, Padded};
 use crate::sys::mm::PAGE_SIZE;
 use std::io;
@@ -29,10 +30,47 @@ pub(crate) const VERSION: u32 = 2;
 /// Bytes reserved for the header at the start of a region.
 pub(crate) const HEADER_SIZE: usize = PAGE_SIZE;
 
-/// Index 0 of per-side arrays in the header: the writing side.
-pub(crate) const W: usize = 0;
-/// Index 1 of per-side arrays in the header: the reading side.
-pub(crate) const R: usize = 1;
+/// A side of a pipe: the writers' or the readers'. Each side has its lock and saved state in the
+/// header ([`SideLine`]), and one entry in every per-side array (`nonblocking`, `timeout_ns`,
+/// `closes`, ...), at [`Side::index`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The writing side (writers and notifiers).
+    Write = 0,
+    /// The reading side.
+    Read = 1,
+}
+
+impl Side {
+    /// This side's entry in the header's per-side arrays.
+    #[inline]
+    pub(crate) const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The other side.
+    #[inline]
+    pub(crate) const fn other(self) -> Side {
+        match self {
+            Side::Write => Side::Read,
+            Side::Read => Side::Write,
+        }
+    }
+
+    /// "writer" or "reader", for messages.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Side::Write => "writer",
+            Side::Read => "reader",
+        }
+    }
+}
+
+/// Index of the *full* signal pipe (the writer's descriptor) in the header's `polled` and
+/// `charged` and in an end's descriptors (see `pipe::end`).
+pub(crate) const FULL: usize = 0;
+/// Index of the *readable* signal pipe (the reader's descriptor).
+pub(crate) const READABLE: usize = 1;
 
 /// An index word and the byte count that goes with it, on one line: the writer updates `bytes`
 /// right before it publishes through `word`, so the two cost one cache-line transfer.
@@ -47,7 +85,7 @@ pub(crate) struct IndexLine {
 /// One side's lock and the private state its holders pass on, on one line of their own: every
 /// operation writes the state, so it must not share a line with anything the other side reads.
 #[repr(C)]
-pub(crate) struct Side {
+pub(crate) struct SideLine {
     pub(crate) lock: SideLock,
     /// Read and written only by the lock's holder (the lock orders it): `[head, cached tail]`
     /// of the write side, `[tail, cached head]` of the read side. A holder that takes the side
@@ -55,10 +93,10 @@ pub(crate) struct Side {
     pub(crate) state: [ColdU64; 2],
 }
 
-impl Side {
+impl SideLine {
     #[cfg(loom)]
-    fn new() -> Side {
-        Side {
+    fn new() -> SideLine {
+        SideLine {
             lock: SideLock::new(),
             state: [ColdU64::new(0), ColdU64::new(0)],
         }
@@ -86,9 +124,9 @@ pub(crate) struct Header {
     /// Writers sleep here; bumped when room appears or the last reader of a process goes.
     pub(crate) writable: Padded<Futex>,
     /// The write side: one writer at a time moves head.
-    pub(crate) write_side: Padded<Side>,
+    pub(crate) write_side: Padded<SideLine>,
     /// The read side: one reader at a time moves tail.
-    pub(crate) read_side: Padded<Side>,
+    pub(crate) read_side: Padded<SideLine>,
     // Cold words.
     /// Slots in the ring: a power of two, at most `max_ring`. Changes only with both sides held.
     pub(crate) ring_size: ColdU32,
@@ -96,21 +134,21 @@ pub(crate) struct Header {
     pub(crate) max_usage: ColdU32,
     /// Free positions whose page is not resident (see `pipe::Shared::spare`). Advisory.
     pub(crate) dropped: ColdU64,
-    /// `O_NONBLOCK` of each end ([`W`], [`R`]), shared by every holder like a file description's.
+    /// `O_NONBLOCK` of each end (indexed by [`Side::index`]), shared by every holder like a file description's.
     pub(crate) nonblocking: [ColdU32; 2],
     /// Read and write timeouts in nanoseconds (0: none), like `SO_RCVTIMEO` / `SO_SNDTIMEO`.
     pub(crate) timeout_ns: [ColdU64; 2],
     /// Readiness: the side lock of the readiness state below, taken only while some process
-    /// polls an end (see `pipe::End::sync`).
+    /// polls an end (see `End::sync` in `pipe/end.rs`).
     pub(crate) sig_lock: Padded<SideLock>,
-    /// Someone polls the reader's descriptor ([`R`]) or the writer's ([`W`]): from then on every
+    /// Someone polls the reader's descriptor ([`READABLE`]) or the writer's ([`FULL`]): from then on every
     /// transition keeps the descriptors' state exact. Sticky. SeqCst with the index RMWs (see
-    /// `pipe::End::sync`).
+    /// `End::sync`).
     pub(crate) polled: [ColdU32; 2],
-    /// Whether the readable pipe ([`R`]) and the full pipe ([`W`]) hold their one byte; written
+    /// Whether the readable pipe ([`READABLE`]) and the full pipe ([`FULL`]) hold their one byte; written
     /// under `sig_lock`.
     pub(crate) charged: [ColdU32; 2],
-    /// Bumped (Release) after a process closed its last handle of an end ([`W`], [`R`]): the
+    /// Bumped (Release) after a process closed its last handle of an end (indexed by [`Side::index`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
     /// Notification pipes only (see `pipe::notify`): the record slots (the ring size, 0 for a
@@ -144,7 +182,7 @@ const _: () = {
     assert!(offset_of!(Header, writable) == 512);
     assert!(offset_of!(Header, write_side) == 640);
     assert!(offset_of!(Header, read_side) == 768);
-    assert!(offset_of!(Side, state) == 8);
+    assert!(offset_of!(SideLine, state) == 8);
     assert!(offset_of!(Header, ring_size) == 896);
     assert!(offset_of!(Header, sig_lock) == 1024);
     assert!(offset_of!(Header, polled) == 1152);
@@ -261,7 +299,7 @@ unsafe impl Sync for Region {}
 
 /// The largest ring a region reserves for `slot_size`-byte slots.
 pub(crate) fn max_ring_for(slot_size: usize) -> usize {
-    (crate::MAX_CAPACITY / slot_size).max(1)
+    (MAX_CAPACITY / slot_size).max(1)
 }
 
 fn encode_policy(p: PoolPolicy) -> [u32; 3] {
@@ -289,8 +327,49 @@ fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
     })
 }
 
-pub(crate) fn invalid(msg: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+/// The largest capacity a pipe may have: 1 GiB.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// The slot count for a requested capacity: `F_SETPIPE_SZ`'s rounding (up to a power-of-two
+/// number of pages, at least one page), then divided into `slot_size` slots (at least one).
+pub(crate) fn ring_size_for(bytes: usize, slot_size: usize) -> io::Result<usize> {
+    if bytes == 0 || bytes > MAX_CAPACITY {
+        return Err(invalid_input(format!(
+            "pipe capacity {bytes} is outside 1..={MAX_CAPACITY} bytes"
+        )));
+    }
+    let rounded = bytes.div_ceil(PAGE_SIZE).next_power_of_two() * PAGE_SIZE;
+    Ok((rounded / slot_size).max(1))
+}
+
+/// Checks a slot size: a power of two from 4 KiB to 1 GiB.
+pub(crate) fn check_slot_size(slot_size: usize) -> io::Result<()> {
+    if !slot_size.is_power_of_two() || !(PAGE_SIZE..=MAX_CAPACITY).contains(&slot_size) {
+        return Err(invalid_input(format!(
+            "slot size {slot_size} is not a power of two from {PAGE_SIZE} to {MAX_CAPACITY}"
+        )));
+    }
+    Ok(())
+}
+
+/// The most records a notification pipe holds (Linux: 512).
+pub const MAX_RECORDS: usize = 512;
+
+/// The ring size of a notification pipe of `records` records (Linux: 1..=512, rounded up to a
+/// power of two, as `IOC_WATCH_QUEUE_SET_SIZE` sizes the ring).
+pub(crate) fn notes_ring_for(records: usize) -> io::Result<usize> {
+    if !(1..=MAX_RECORDS).contains(&records) {
+        return Err(invalid_input(format!(
+            "a notification pipe holds 1..={MAX_RECORDS} records, not {records}"
+        )));
+    }
+    Ok(records.next_power_of_two())
+}
+
+/// Whether a record count fits a notification pipe as stored in its region: a power of two of at
+/// most [`MAX_RECORDS`], in 4 KiB slots.
+pub(crate) fn notes_ok(notes: usize, slot_size: usize) -> bool {
+    notes.is_power_of_two() && notes <= MAX_RECORDS && slot_size == PAGE_SIZE
 }
 
 impl Region {
@@ -329,8 +408,8 @@ impl Region {
             }),
             readable: Padded(Futex::new()),
             writable: Padded(Futex::new()),
-            write_side: Padded(Side::new()),
-            read_side: Padded(Side::new()),
+            write_side: Padded(SideLine::new()),
+            read_side: Padded(SideLine::new()),
             ring_size: ColdU32::new(0),
             max_usage: ColdU32::new(0),
             dropped: ColdU64::new(0),
@@ -401,7 +480,7 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
-        h.charged[R].store(1, Ordering::Relaxed); // see pipe::create
+        h.charged[READABLE].store(1, Ordering::Relaxed); // see pipe::create
         for pos in 0..ring_size {
             self.slot(pos)
                 .state
@@ -442,7 +521,7 @@ impl Region {
             )));
         }
         let slot_size = h.slot_size.load(Ordering::Relaxed) as usize;
-        if crate::pipe::check_slot_size(slot_size).is_err() {
+        if check_slot_size(slot_size).is_err() {
             return Err(invalid(format!("bad slot size {slot_size} in the region")));
         }
         let max_ring = h.max_ring.load(Ordering::Relaxed) as usize;
@@ -466,7 +545,7 @@ impl Region {
         };
         let policy = decode_policy([0, 1, 2].map(|i| h.policy[i].load(Ordering::Relaxed)))?;
         let notes = h.notes.load(Ordering::Relaxed) as usize;
-        if notes != 0 && !crate::pipe::notes_ok(notes, slot_size) {
+        if notes != 0 && !notes_ok(notes, slot_size) {
             return Err(invalid(format!(
                 "bad notification record count {notes} for {slot_size}-byte slots in the region"
             )));
@@ -577,6 +656,35 @@ impl Region {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capacity_rounds_like_f_setpipe_sz() {
+        assert_eq!(ring_size_for(1, 4096).unwrap(), 1);
+        assert_eq!(ring_size_for(4097, 4096).unwrap(), 2);
+        assert_eq!(ring_size_for(65536, 4096).unwrap(), 16);
+        assert_eq!(ring_size_for(65537, 4096).unwrap(), 32);
+        assert_eq!(ring_size_for(65536, 65536).unwrap(), 1);
+        assert_eq!(ring_size_for(4096, 65536).unwrap(), 1);
+        assert_eq!(
+            ring_size_for(0, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            ring_size_for(MAX_CAPACITY + 1, 4096).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert!(check_slot_size(8192).is_ok());
+        assert!(check_slot_size(6000).is_err());
+        assert!(check_slot_size(2048).is_err());
+    }
+
+    #[test]
+    fn notification_rings_round_up() {
+        assert_eq!(notes_ring_for(1).unwrap(), 1);
+        assert_eq!(notes_ring_for(33).unwrap(), 64);
+        assert_eq!(notes_ring_for(512).unwrap(), 512);
+        assert!(notes_ring_for(0).is_err() && notes_ring_for(513).is_err());
+    }
 
     #[test]
     fn layout_reserves_the_largest_ring() {

@@ -7,6 +7,9 @@
 //! word a sleeper registers in, the two are totally ordered: either the sleeper sees the new index
 //! or the advancer sees the flag and wakes it.
 
+use crate::error::invalid;
+use std::io;
+
 /// The "a sleeper is registered" flag in a head or tail word.
 pub(crate) const WAITING: u64 = 1;
 /// The amount one slot adds to a head or tail word.
@@ -20,7 +23,7 @@ pub(crate) fn index(word: u64) -> u64 {
 
 /// Slots holding data between `tail` and `head` (indices, not words). Wrapping: indices read
 /// from a shared region are checked by the callers that size accesses with them
-/// (`pipe::check_indices`); elsewhere a corrupt pair only reads as full.
+/// ([`check_indices`]); elsewhere a corrupt pair only reads as full.
 #[inline]
 pub(crate) fn occupancy(head: u64, tail: u64) -> u64 {
     head.wrapping_sub(tail)
@@ -37,6 +40,26 @@ pub(crate) fn is_full(head: u64, tail: u64, limit: u64) -> bool {
 pub(crate) fn slot(i: u64, ring_size: usize) -> usize {
     debug_assert!(ring_size.is_power_of_two());
     (i as usize) & (ring_size - 1)
+}
+
+/// Checks that `head` and `tail` (indices) describe at most `ring` queued slots: `tail <= head
+/// <= tail + ring`, both below 2^62 (an index word holds 63 bits, and 2^62 slots are never
+/// reached), so index arithmetic on them cannot overflow.
+#[inline]
+pub(crate) fn check_indices(head: u64, tail: u64, ring: usize) -> io::Result<()> {
+    const MAX_INDEX: u64 = 1 << 62;
+    if head >= MAX_INDEX || tail > head || head - tail > ring as u64 {
+        return Err(bad_indices(head, tail, ring));
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_indices(head: u64, tail: u64, ring: usize) -> io::Error {
+    invalid(format!(
+        "ring indices head {head} tail {tail} do not fit a ring of {ring} slots"
+    ))
 }
 
 #[cfg(test)]
@@ -57,5 +80,12 @@ mod tests {
         assert!(is_full(23, 7, 16));
         assert!(!is_full(22, 7, 16));
         assert_eq!(slot(17, 16), 1);
+    }
+
+    #[test]
+    fn indices_fit_the_ring() {
+        assert!(check_indices(10, 2, 8).is_ok());
+        assert!(check_indices(11, 2, 8).is_err());
+        assert!(check_indices(2, 3, 8).is_err());
     }
 }

@@ -46,8 +46,10 @@
 //! # }
 //! ```
 
-use crate::pipe::End;
-use crate::{Reader, Writer};
+use crate::error::broken_pipe;
+use crate::pipe::end::End;
+use crate::pipe::reader::Reader;
+use crate::pipe::writer::Writer;
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use std::io::{self, IoSlice};
@@ -80,8 +82,8 @@ struct Spin {
 /// where the adapters spin. A peer in this process is usually a task of the same runtime, which
 /// may need this very worker to run (spinning there measurably cost bandwidth and tail latency);
 /// a peer process has its own scheduler, and parks in its own reactor when idle.
-fn peer_elsewhere(end: &crate::pipe::End) -> bool {
-    !end.shared.holds(1 - end.side)
+fn peer_elsewhere(end: &End) -> bool {
+    !end.shared.holds(end.side.other())
 }
 
 /// The smallest spin, and the probe at zero budget.
@@ -299,10 +301,6 @@ impl AsyncRead for AsyncReader {
     }
 }
 
-fn no_reader() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "pipe has no reader left")
-}
-
 /// A [`Writer`] as a tokio [`AsyncWrite`].
 ///
 /// Writes of up to [`crate::PIPE_BUF`] bytes (also vectored ones, in all) are atomic, as with
@@ -362,7 +360,7 @@ impl AsyncWriter {
             // spurious wake-up later) and the write goes on.
             if let Poll::Ready(Ok(guard)) = self.inner.poll_write_ready(cx) {
                 if guard.ready().is_write_closed() {
-                    return Poll::Ready(Err(no_reader()));
+                    return Poll::Ready(Err(broken_pipe()));
                 }
             }
             match write(writer) {
@@ -387,7 +385,7 @@ impl AsyncWriter {
             let mut guard = ready!(self.inner.poll_write_ready(cx))?;
             if guard.ready().is_write_closed() {
                 // The kernel reported POLLERR: no reader is left in any process.
-                return Poll::Ready(Err(no_reader()));
+                return Poll::Ready(Err(broken_pipe()));
             }
             guard.clear_ready();
         }
@@ -492,7 +490,7 @@ mod tests {
             let r = echo.await.unwrap();
             assert_eq!(polled(), [0, 0], "no descriptor kept exact while confined");
             assert!(shared.confined());
-            shared.expose(); // as a send does
+            crate::pipe::end::expose(&shared); // as a send does
             assert!(!shared.confined());
             assert_eq!(polled(), [1, 1], "both adapted ends now exact");
             drop((w, r));

@@ -122,11 +122,8 @@ fn loom_two_sleeping_readers_both_wake() {
 }
 
 /// A notification pipe of one record with a non-blocking reader.
-fn one_record_pipe() -> (crate::Notifier, crate::Reader) {
-    let (n, r) = Builder::new()
-        .notifications(1)
-        .build_notifications()
-        .unwrap();
+fn one_record_pipe() -> (crate::Notifier, crate::NotificationReader) {
+    let (n, r) = Builder::new().notifications(1).build().unwrap();
     r.set_nonblocking(true).unwrap();
     (n, r)
 }
@@ -144,7 +141,7 @@ fn record(id: u8, seq: u8) -> crate::Notification {
 
 /// Reads what is queued (non-blocking, or until end of file) as (id, seq) pairs, `None` for a
 /// LOSS record.
-fn read_queued(r: &mut crate::Reader, out: &mut Vec<Option<(u8, u8)>>) {
+fn read_queued(r: &mut crate::NotificationReader, out: &mut Vec<Option<(u8, u8)>>) {
     loop {
         match r.read_notification() {
             Ok(n) if n.is_loss() => out.push(None),

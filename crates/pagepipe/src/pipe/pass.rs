@@ -2,8 +2,13 @@
 //! (inherited descriptors named by an environment variable). An end travels as three
 //! descriptors: the region's memory file and this end's descriptors of the two signal pipes.
 
-use super::{End, Notifier, Reader, Shared, Writer};
-use crate::region::{invalid, Region, R, W};
+use crate::error::invalid;
+use crate::pipe::create;
+use crate::pipe::end::{expose, End};
+use crate::pipe::notify::{NotificationReader, Notifier};
+use crate::pipe::reader::Reader;
+use crate::pipe::writer::Writer;
+use crate::region::{Region, Side};
 use crate::sync::Arc;
 use crate::sys;
 use std::io;
@@ -14,14 +19,6 @@ use std::process::Command;
 
 /// The message that carries an end: a tag and the side.
 const TAG: &[u8; 6] = b"PPEND1";
-
-fn side_name(side: usize) -> &'static str {
-    if side == W {
-        "writer"
-    } else {
-        "reader"
-    }
-}
 
 impl End {
     /// The descriptors an end travels as: memory file, full pipe, readable pipe.
@@ -36,12 +33,12 @@ impl End {
     fn send_to(&self, sock: &UnixStream) -> io::Result<()> {
         let mut msg = [0u8; 7];
         msg[..6].copy_from_slice(TAG);
-        msg[6] = self.side() as u8;
-        self.shared.expose();
+        msg[6] = self.side().index() as u8;
+        expose(&self.shared);
         sys::net::send_fds(sock.as_fd(), &msg, &self.raw_fds())
     }
 
-    fn recv_from(sock: &UnixStream, side: usize) -> io::Result<End> {
+    fn recv_from(sock: &UnixStream, side: Side) -> io::Result<End> {
         let mut msg = [0u8; 16];
         let (n, fds) = sys::net::recv_fds(sock.as_fd(), &mut msg, 3)?;
         if n == 0 && fds.is_empty() {
@@ -55,11 +52,11 @@ impl End {
                 "received a message of {n} bytes that is not a pagepipe end"
             )));
         }
-        if usize::from(msg[6]) != side {
+        if usize::from(msg[6]) != side.index() {
             return Err(invalid(format!(
                 "received a pagepipe {} where a {} was expected",
-                side_name(1 - side),
-                side_name(side)
+                side.other().name(),
+                side.name()
             )));
         }
         let Ok([memfd, a, b]) = <[OwnedFd; 3]>::try_from(fds) else {
@@ -69,13 +66,13 @@ impl End {
     }
 
     /// Checks the signal descriptors, maps a received region and makes this process's end.
-    fn attach(memfd: OwnedFd, signals: [OwnedFd; 2], side: usize) -> io::Result<End> {
+    fn attach(memfd: OwnedFd, signals: [OwnedFd; 2], side: Side) -> io::Result<End> {
         for fd in &signals {
             check_signal(fd.as_fd(), side)?;
         }
         let region = Region::attach(memfd)?;
-        let shared = Shared::open(region);
-        shared.expose();
+        let shared = create::open(region);
+        expose(&shared);
         Ok(End::new(shared, side, signals))
     }
 
@@ -87,12 +84,9 @@ impl End {
             ));
         }
         let fds = self.raw_fds();
-        self.shared.expose();
+        expose(&self.shared);
         let [m, a, b] = fds;
-        cmd.env(
-            var,
-            format!("pagepipe:{}:{m}:{a}:{b}", side_name(self.side())),
-        );
+        cmd.env(var, format!("pagepipe:{}:{m}:{a}:{b}", self.side().name()));
         let keep = self.clone();
         // SAFETY: the closure runs in the child between fork and exec; it calls only fcntl
         // (async-signal-safe) and allocates nothing. `keep` holds the descriptors open in the
@@ -106,7 +100,7 @@ impl End {
         Ok(())
     }
 
-    fn from_env(var: &str, side: usize) -> io::Result<End> {
+    fn from_env(var: &str, side: Side) -> io::Result<End> {
         static TAKEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
         let value = std::env::var(var).map_err(|e| {
             io::Error::new(
@@ -117,7 +111,7 @@ impl End {
         let fds = parse_env(&value, side).ok_or_else(|| {
             invalid(format!(
                 "{var}={value:?} does not name a pagepipe {}",
-                side_name(side)
+                side.name()
             ))
         })?;
         let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -149,9 +143,9 @@ impl End {
 }
 
 /// Parses `pagepipe:<side>:<memfd>:<full pipe fd>:<readable pipe fd>`.
-fn parse_env(value: &str, side: usize) -> Option<[RawFd; 3]> {
+fn parse_env(value: &str, side: Side) -> Option<[RawFd; 3]> {
     let mut parts = value.split(':');
-    if parts.next()? != "pagepipe" || parts.next()? != side_name(side) {
+    if parts.next()? != "pagepipe" || parts.next()? != side.name() {
         return None;
     }
     let mut fds = [0; 3];
@@ -162,39 +156,36 @@ fn parse_env(value: &str, side: usize) -> Option<[RawFd; 3]> {
 }
 
 /// Checks that `fd` is the right end of a kernel pipe for `side`: write ends for a writer.
-fn check_signal(fd: BorrowedFd<'_>, side: usize) -> io::Result<()> {
+fn check_signal(fd: BorrowedFd<'_>, side: Side) -> io::Result<()> {
     match sys::pipe::pipe_end_kind(fd)? {
-        Some(is_write) if is_write == (side == W) => Ok(()),
+        Some(is_write) if is_write == (side == Side::Write) => Ok(()),
         Some(_) => Err(invalid(format!(
             "a signal descriptor of the end is the wrong end of its pipe for a {}",
-            side_name(side)
+            side.name()
         ))),
         None => Err(invalid("a signal descriptor of the end is not a pipe")),
     }
 }
 
-/// An end received for a [`Writer`]: a data pipe's (a notification pipe has notifiers).
+/// An end received for a [`Writer`] or [`Reader`]: a data pipe's.
 fn data_pipe(end: End) -> io::Result<End> {
     if end.shared.config().notes != 0 {
-        return Err(invalid(
-            "received the posting end of a notification pipe, not a writer",
-        ));
+        return Err(invalid(format!(
+            "received the {} of a notification pipe, not a data pipe's",
+            end.side.name()
+        )));
     }
     Ok(end)
 }
 
-/// An end received for a [`Notifier`]: a notification pipe's.
+/// An end received for a [`Notifier`] or [`NotificationReader`]: a notification pipe's.
 fn notification_pipe(end: End) -> io::Result<End> {
     if end.shared.config().notes == 0 {
-        return Err(invalid(
-            "received the writer of a data pipe, not a notifier",
-        ));
+        return Err(invalid(format!(
+            "received the {} of a data pipe, not a notification pipe's",
+            end.side.name()
+        )));
     }
-    Ok(end)
-}
-
-/// A [`Reader`] may read either kind of pipe.
-fn any_pipe(end: End) -> io::Result<End> {
     Ok(end)
 }
 
@@ -267,9 +258,15 @@ macro_rules! passing {
     };
 }
 
-passing!(Writer, W, "writer", data_pipe);
-passing!(Reader, R, "reader", any_pipe);
-passing!(Notifier, W, "notifier", notification_pipe);
+passing!(Writer, Side::Write, "writer", data_pipe);
+passing!(Reader, Side::Read, "reader", data_pipe);
+passing!(Notifier, Side::Write, "notifier", notification_pipe);
+passing!(
+    NotificationReader,
+    Side::Read,
+    "notification reader",
+    notification_pipe
+);
 
 #[cfg(test)]
 mod tests {
@@ -277,11 +274,14 @@ mod tests {
 
     #[test]
     fn env_values_parse_strictly() {
-        assert_eq!(parse_env("pagepipe:writer:5:6:7", W), Some([5, 6, 7]));
-        assert_eq!(parse_env("pagepipe:reader:5:6:7", W), None);
-        assert_eq!(parse_env("pagepipe:writer:5:6:7:8", W), None);
-        assert_eq!(parse_env("pagepipe:writer:5:6", W), None);
-        assert_eq!(parse_env("pagepipe:writer:x:6:7", W), None);
-        assert_eq!(parse_env("other:writer:5:6:7", W), None);
+        assert_eq!(
+            parse_env("pagepipe:writer:5:6:7", Side::Write),
+            Some([5, 6, 7])
+        );
+        assert_eq!(parse_env("pagepipe:reader:5:6:7", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6:7:8", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:x:6:7", Side::Write), None);
+        assert_eq!(parse_env("other:writer:5:6:7", Side::Write), None);
     }
 }

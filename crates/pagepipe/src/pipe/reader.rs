@@ -1,9 +1,9 @@
 //! The reading end: `io::Read`, packet reads, and borrowing queued bytes in place.
 
-use super::writer::{timeout_ns, would_block, PUBLISH_BATCH};
-use super::{End, ReadGuard, Ring, Shared};
-use crate::region::Slot;
-use crate::region::{invalid, DROPPED, END_MASK, PACKET, R, RELEASED};
+use crate::error::{invalid, would_block};
+use crate::pipe::end::End;
+use crate::pipe::shared::{ReadGuard, Ring, Shared, PUBLISH_BATCH};
+use crate::region::{Side, Slot, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::sync::{Arc, Ordering};
 use std::io;
 use std::time::Duration;
@@ -28,13 +28,13 @@ impl Reader {
     /// a read of an empty pipe then fails with [`io::ErrorKind::WouldBlock`] while writers
     /// exist, and so does a read that finds the read side held (by a chunk or a resize).
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared().header().nonblocking[R].store(u32::from(nonblocking), Ordering::Relaxed);
+        self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether reads are non-blocking.
     pub fn is_nonblocking(&self) -> bool {
-        self.shared().nonblocking(R)
+        self.end.is_nonblocking()
     }
 
     /// Bounds how long a read (and [`Reader::read_chunk`]) waits for data or for the read
@@ -53,18 +53,12 @@ impl Reader {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.shared().header().timeout_ns[R].store(timeout_ns(timeout)?, Ordering::Relaxed);
-        Ok(())
+        self.end.set_timeout(timeout)
     }
 
     /// The read timeout set by [`Reader::set_read_timeout`].
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(
-            match self.shared().header().timeout_ns[R].load(Ordering::Relaxed) {
-                0 => None,
-                ns => Some(Duration::from_nanos(ns)),
-            },
-        )
+        Ok(self.end.timeout())
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
@@ -76,7 +70,7 @@ impl Reader {
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
         let cap = self
             .shared()
-            .set_capacity(bytes, self.shared().deadline(R))?;
+            .set_capacity(bytes, self.shared().deadline(Side::Read))?;
         self.shared().sync_local();
         Ok(cap)
     }
@@ -91,16 +85,7 @@ impl Reader {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        let h = self.shared().header();
-        // Consumed bytes first, so that the published count read after it covers them, except
-        // for bytes published a moment ago: a writer counts them just after its publication
-        // RMW, so a reader may consume them first (the difference saturates: such a snapshot
-        // reads too little, never a wrapped huge value). Acquire (both): keeps the second load
-        // after the first; the counters are written Relaxed by their side's holder next to
-        // that side's index RMW.
-        let out = h.tail.bytes.load(Ordering::Acquire);
-        let inn = h.head.bytes.load(Ordering::Acquire);
-        inn.saturating_sub(out) as usize
+        self.shared().queued_bytes()
     }
 
     /// True when no byte is queued (see [`Reader::len`]).
@@ -116,8 +101,7 @@ impl Reader {
     /// holding it gets [`io::ErrorKind::Deadlock`] if it reads this pipe meanwhile.
     ///
     /// # Errors
-    /// `TimedOut` after the read timeout; `InvalidData` if the shared region is corrupt;
-    /// an error with `raw_os_error() == Some(libc::EXDEV)` on a notification pipe.
+    /// `TimedOut` after the read timeout; `InvalidData` if the shared region is corrupt.
     ///
     /// ```
     /// use std::io::Write;
@@ -131,10 +115,7 @@ impl Reader {
     /// ```
     pub fn read_chunk(&self) -> io::Result<ReadChunk<'_>> {
         let sh = self.shared();
-        if sh.config().notes != 0 {
-            return Err(super::notify::exdev()); // records are read whole, never spliced
-        }
-        let deadline = sh.deadline(R);
+        let deadline = sh.deadline(Side::Read);
         loop {
             // Checked before looking: seeing no writer means seeing every slot they published.
             // A non-blocking call asks the kernel before it could answer WouldBlock: a writer
@@ -185,10 +166,7 @@ impl Reader {
         }
         let nonblocking = try_only || self.is_nonblocking();
         let sh = self.shared();
-        if sh.config().notes != 0 {
-            return super::notify::read(self, buf, nonblocking, usize::MAX);
-        }
-        let deadline = sh.deadline(R);
+        let deadline = sh.deadline(Side::Read);
         let max = buf.len();
         let dst = buf.as_mut_ptr();
         let copy = |off: usize, src: *const u8, len: usize| {

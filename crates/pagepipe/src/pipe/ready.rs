@@ -1,6 +1,8 @@
 //! Readiness: a pipe end as a descriptor that `poll(2)`, `epoll(7)`, mio and tokio understand.
 
-use super::{Reader, Writer};
+use crate::pipe::notify::NotificationReader;
+use crate::pipe::reader::Reader;
+use crate::pipe::writer::Writer;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 /// The reader's descriptor polls like a kernel pipe's read end: `POLLIN` while data is queued,
@@ -67,6 +69,20 @@ impl AsRawFd for Reader {
 }
 
 impl AsRawFd for Writer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
+    }
+}
+
+/// A notification reader's descriptor polls as a [`Reader`]'s does: `POLLIN` while a record is
+/// queued, `POLLHUP` once no notifier is left.
+impl AsFd for NotificationReader {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.end.poll_fd()
+    }
+}
+
+impl AsRawFd for NotificationReader {
     fn as_raw_fd(&self) -> RawFd {
         self.as_fd().as_raw_fd()
     }

@@ -15,8 +15,9 @@
 //! to the ring until committed (writer) or consumed (reader), and the borrow checker keeps the
 //! caller's hands off them after that.
 
-use super::{Reader, Writer};
-use crate::region::invalid;
+use crate::error::invalid;
+use crate::pipe::reader::Reader;
+use crate::pipe::writer::Writer;
 use crate::sys;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::AsFd;
@@ -46,7 +47,7 @@ impl Reader {
     ///
     /// # Errors
     /// `fd`'s error from `writev(2)` (nothing is consumed); `WouldBlock`, `TimedOut` as for a
-    /// read; `EXDEV` on a notification pipe.
+    /// read.
     pub fn splice_to(&self, fd: impl AsFd, len: usize) -> io::Result<usize> {
         if len == 0 {
             return Ok(0);
@@ -136,8 +137,7 @@ impl Writer {
 /// ```
 ///
 /// # Errors
-/// [`io::ErrorKind::InvalidInput`] when both ends belong to the same pipe; `EXDEV` when `from`
-/// is a notification pipe; `BrokenPipe` when `to` has no reader; `WouldBlock` and `TimedOut`
+/// [`io::ErrorKind::InvalidInput`] when both ends belong to the same pipe; `BrokenPipe` when `to` has no reader; `WouldBlock` and `TimedOut`
 /// as for a read of `from` or a write to `to`.
 pub fn splice(from: &Reader, to: &Writer, len: usize) -> io::Result<usize> {
     transfer(from, to, len, true)

@@ -1,11 +1,17 @@
 //! The writing end: `io::Write`, Linux's merge and atomicity rules, and the in-place chunk API.
 
-use super::{End, Ring, Shared, WriteGuard};
-use crate::region::{CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED, W};
-use crate::ring::{self, ONE};
+use crate::error::{broken_pipe, would_block};
+use crate::pipe::end::End;
+use crate::pipe::hint::note_next_write;
+use crate::pipe::shared::{add_bytes, publish, Ring, Shared, WriteGuard, PUBLISH_BATCH};
+use crate::region::{Side, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
+use crate::ring;
 use crate::sync::{Arc, Ordering};
 use std::io::{self, IoSlice};
 use std::time::Duration;
+
+/// Writes of at most this many bytes are atomic: they are never interleaved with other writes.
+pub const PIPE_BUF: usize = 4096;
 
 /// The writing end of a pipe.
 ///
@@ -42,13 +48,13 @@ impl Writer {
     /// [`io::ErrorKind::WouldBlock`], and so does one that finds the write side held (by a
     /// chunk or a resize); a larger write places what fits and returns the count.
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
-        self.shared().header().nonblocking[W].store(u32::from(nonblocking), Ordering::Relaxed);
+        self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether writes are non-blocking.
     pub fn is_nonblocking(&self) -> bool {
-        self.shared().nonblocking(W)
+        self.end.is_nonblocking()
     }
 
     /// Bounds how long a write (and [`Writer::write_chunk`]) waits for room or for the write
@@ -59,18 +65,12 @@ impl Writer {
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.shared().header().timeout_ns[W].store(timeout_ns(timeout)?, Ordering::Relaxed);
-        Ok(())
+        self.end.set_timeout(timeout)
     }
 
     /// The write timeout set by [`Writer::set_write_timeout`].
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(
-            match self.shared().header().timeout_ns[W].load(Ordering::Relaxed) {
-                0 => None,
-                ns => Some(Duration::from_nanos(ns)),
-            },
-        )
+        Ok(self.end.timeout())
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
@@ -107,7 +107,7 @@ impl Writer {
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
         let cap = self
             .shared()
-            .set_capacity(bytes, self.shared().deadline(W))?;
+            .set_capacity(bytes, self.shared().deadline(Side::Write))?;
         self.shared().sync_local();
         Ok(cap)
     }
@@ -149,7 +149,7 @@ impl Writer {
     /// ```
     pub fn write_chunk(&self) -> io::Result<WriteChunk<'_>> {
         let sh = self.shared();
-        let deadline = sh.deadline(W);
+        let deadline = sh.deadline(Side::Write);
         loop {
             if self.end.peer_gone(false) {
                 return Err(broken_pipe());
@@ -215,7 +215,7 @@ impl Writer {
             return None;
         }
         // The lines the merge check and the new slot touch travel while we take the side.
-        sh.prefetch(W);
+        sh.prefetch(Side::Write);
         let mut ws = sh.try_lock_write_unchecked()?;
         let one = [IoSlice::new(buf)];
         let mut src = Source::new(&one);
@@ -240,10 +240,10 @@ impl Writer {
             return Err(broken_pipe());
         }
         let sh = self.shared();
-        let deadline = sh.deadline(W);
+        let deadline = sh.deadline(Side::Write);
         let prefilled = sh.prefill(total);
         // The slots merge and fill will touch travel while we take the lock.
-        sh.prefetch(W);
+        sh.prefetch(Side::Write);
         let mut ws = sh.lock_write_unchecked(sh.lock_wait(nonblocking, deadline))?;
         sh.adopt_prefill(&ws, prefilled);
         let mut done = merge(sh, &ws, src)?;
@@ -417,7 +417,7 @@ fn place_small(
     unsafe { stage(sh, ws.ring(), ws.head, Some(src), len) };
     let published = publish(sh, ws.head, 1, len);
     ws.head += 1;
-    super::note_next_write(ws.ring(), ws.head);
+    note_next_write(ws.ring(), ws.head);
     Some(published.map(|()| len))
 }
 
@@ -435,15 +435,6 @@ fn slot_free(
         *tail = sh.load_tail(head, ring_size)?;
     }
     Ok(!ring::is_full(head, *tail, limit))
-}
-
-/// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.
-fn add_bytes(sh: &Shared, n: usize) {
-    let b = &sh.header().head.bytes;
-    b.store(
-        b.load(Ordering::Relaxed).wrapping_add(n as u64),
-        Ordering::Relaxed,
-    );
 }
 
 /// Fills free slots from `src`, one slot page at a time, publishing them in batches so the
@@ -481,15 +472,11 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
         }
     };
     let published = publish(sh, head - staged, staged, staged_bytes);
-    super::note_next_write(ring, head);
+    note_next_write(ring, head);
     ws.head = head;
     ws.cached_tail = tail;
     published.and(result)
 }
-
-/// Slots staged before one publication (and, on the reader side, released before one tail
-/// update): one index RMW, one cache-line handoff to the other side, per this many pages.
-pub(crate) const PUBLISH_BATCH: u64 = 4;
 
 /// Copies `len` bytes from `src` (unless `None`: already in place) into the free slot `head` and
 /// sets up its state; [`publish`] makes it visible.
@@ -512,23 +499,6 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
     };
     slot.start.store(0, Ordering::Relaxed);
     slot.state.store(len as u64 | flags, Ordering::Relaxed);
-}
-
-/// Publishes the `n` slots staged from index `from`, holding `bytes` in all, and wakes a
-/// sleeping reader. `InvalidData` when the head word was not at `from`: a peer corrupted the
-/// region (the check `Shared::lock_write_unchecked` leaves to us).
-pub(crate) fn publish(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
-    // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
-    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst);
-    // After the RMW, which brought the line here: a waiting reader polls it, and loading the
-    // counter before the RMW would wait for the line on a round trip's critical path.
-    add_bytes(sh, bytes);
-    sh.wake_readers_if_waiting(old);
-    super::check_saved_index(from, old)
 }
 
 /// Free slots of the ring, borrowed in place: fill them through [`WriteChunk::as_mut_slices`],
@@ -613,26 +583,6 @@ fn partial(done: usize, err: io::Error) -> io::Result<usize> {
         Ok(done)
     } else {
         Err(err)
-    }
-}
-
-pub(crate) fn broken_pipe() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "pipe has no reader left")
-}
-
-pub(crate) fn would_block() -> io::Error {
-    io::Error::from(io::ErrorKind::WouldBlock)
-}
-
-/// A timeout as the region stores it (nanoseconds, 0 for none).
-pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
-    match t {
-        None => Ok(0),
-        Some(d) if d.is_zero() => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "cannot set a 0 duration timeout",
-        )),
-        Some(d) => Ok(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The per-pipe page pool and its policies (seed 000).
+//! The pool's policies: which freed pages stay resident, whether a writer faults pages in
+//! before taking the write side, and when spare pages are trimmed (seed 000).
 //!
 //! Every slot position of a pipe owns one page-sized buffer in the pipe's arena. A position that
 //! holds no data is *free*; its page is either *resident* (a spare page in the pool: the next write
@@ -6,11 +7,6 @@
 //! faults in a zeroed page: the userspace price of the kernel's `alloc_page()`). A policy decides
 //! which freed pages stay resident, whether a writer faults pages in before taking the write side,
 //! and when spare pages are trimmed.
-
-#[cfg(not(loom))]
-use crate::sync::{Arc, Mutex};
-#[cfg(not(loom))]
-use std::sync::Weak;
 
 /// How a pipe recycles the pages its data passes through.
 ///
@@ -85,128 +81,6 @@ impl PoolPolicy {
             PoolPolicy::None => 0,
         }
     }
-}
-
-/// Something holding spare memory that it can give back to the OS.
-#[cfg(not(loom))]
-pub(crate) trait Trim: Send + Sync {
-    /// Trims spare pages of an idle owner to its idle budget; `force` trims even when busy and
-    /// down to zero spare pages. Returns the bytes given back.
-    fn trim(&self, force: bool) -> usize;
-}
-
-/// Every live pipe in the process, so an idle trimmer and [`crate::shrink`] can reach them.
-#[cfg(not(loom))]
-struct Registry {
-    owners: Vec<Weak<dyn Trim>>,
-    /// The process whose trimmer thread runs (0: none yet). A forked child has no trimmer
-    /// thread (fork copies only the calling thread) until it registers a pipe of its own.
-    trimmer_pid: u32,
-}
-
-#[cfg(not(loom))]
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    owners: Vec::new(),
-    trimmer_pid: 0,
-});
-
-/// Wakes the trimmer when a pipe is registered; it sleeps on it while no pipe exists.
-#[cfg(not(loom))]
-static REGISTERED: std::sync::Condvar = std::sync::Condvar::new();
-
-/// How often the idle trimmer looks at the registered pipes.
-#[cfg(not(loom))]
-pub(crate) const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
-
-#[cfg(not(loom))]
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Registers `owner` for idle trimming and starts this process's trimmer thread on first use.
-#[cfg(not(loom))]
-pub(crate) fn register(owner: Weak<dyn Trim>) {
-    init_fork_handling();
-    let mut reg = registry();
-    reg.owners.retain(|w| w.strong_count() > 0);
-    reg.owners.push(owner);
-    let pid = std::process::id();
-    if reg.trimmer_pid != pid {
-        // A failed spawn only means idle pipes keep their spare pages until the next read or
-        // shrink(); it is not worth failing pipe creation for.
-        let spawned = std::thread::Builder::new()
-            .name("pagepipe-trim".into())
-            .spawn(trimmer);
-        if spawned.is_ok() {
-            reg.trimmer_pid = pid;
-        }
-    }
-    drop(reg);
-    REGISTERED.notify_all();
-}
-
-/// The trimmer thread: every tick, trims idle pipes; sleeps while no pipe exists.
-#[cfg(not(loom))]
-fn trimmer() {
-    loop {
-        let reg = registry();
-        let reg = REGISTERED
-            .wait_while(reg, |r| {
-                r.owners.retain(|w| w.strong_count() > 0);
-                r.owners.is_empty()
-            })
-            .unwrap_or_else(|e| e.into_inner());
-        drop(reg);
-        std::thread::sleep(IDLE_TICK);
-        trim_all(false);
-    }
-}
-
-/// Trims every registered pipe; returns the bytes given back.
-#[cfg(not(loom))]
-pub(crate) fn trim_all(force: bool) -> usize {
-    let live: Vec<Arc<dyn Trim>> = {
-        let mut reg = registry();
-        reg.owners.retain(|w| w.strong_count() > 0);
-        reg.owners.iter().filter_map(Weak::upgrade).collect()
-    };
-    live.iter().map(|p| p.trim(force)).sum()
-}
-
-/// Installs the fork handlers once: the registry lock is taken around `fork(2)`, so a child
-/// never inherits it held by a thread that does not exist there, and the child's thread forgets
-/// the lock identity it had in the parent.
-#[cfg(not(loom))]
-pub(crate) fn init_fork_handling() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        crate::sys::thread::at_fork(before_fork, after_fork_parent, after_fork_child)
-    });
-}
-
-#[cfg(not(loom))]
-thread_local! {
-    /// The registry guard held across a fork by the forking thread.
-    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Registry>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-#[cfg(not(loom))]
-extern "C" fn before_fork() {
-    crate::pipe::before_fork();
-    let guard = registry();
-    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
-}
-
-#[cfg(not(loom))]
-extern "C" fn after_fork_parent() {
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
-}
-
-#[cfg(not(loom))]
-extern "C" fn after_fork_child() {
-    crate::lock::note_fork();
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
 }
 
 #[cfg(test)]

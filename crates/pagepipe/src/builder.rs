@@ -1,0 +1,175 @@
+//! Making pipes: [`pipe`] with Linux's defaults, [`Builder`] for the rest, and
+//! [`NotificationBuilder`] for notification pipes.
+
+use crate::pipe::create::create;
+use crate::pipe::notify::{NotificationReader, Notifier};
+use crate::pipe::reader::Reader;
+use crate::pipe::writer::Writer;
+use crate::pool::policy::PoolPolicy;
+use crate::region::{self, check_slot_size, ring_size_for, Config};
+use crate::sys;
+use std::io;
+
+/// The capacity of a new pipe: 64 KiB, as on Linux.
+pub const DEFAULT_CAPACITY: usize = 64 * 1024;
+
+/// Creates a pipe with Linux's defaults: 64 KiB capacity in 4 KiB slots, blocking, not packet
+/// mode, the default pool policy.
+///
+/// # Errors
+/// Only if the OS refuses the memory mapping for the ring.
+pub fn pipe() -> io::Result<(Writer, Reader)> {
+    Builder::new().build()
+}
+
+/// Configures a pipe before creating it.
+///
+/// ```
+/// use pagepipe::{Builder, PoolPolicy};
+/// let (w, _r) = Builder::new()
+///     .capacity(1 << 20)
+///     .pool(PoolPolicy::Unified { keep: 2, burst: 8 })
+///     .build()?;
+/// assert_eq!(w.capacity(), 1 << 20);
+/// assert!(Builder::new().capacity(0).build().is_err());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    capacity: usize,
+    policy: PoolPolicy,
+    slot_size: usize,
+    packet: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// Linux's defaults (see [`pipe`]).
+    pub fn new() -> Builder {
+        Builder {
+            capacity: DEFAULT_CAPACITY,
+            policy: PoolPolicy::default(),
+            slot_size: sys::mm::PAGE_SIZE,
+            packet: false,
+        }
+    }
+
+    /// The capacity in bytes; rounded up as `F_SETPIPE_SZ` rounds (a power-of-two number of
+    /// pages), then to whole slots. Must be from 1 byte to [`crate::MAX_CAPACITY`].
+    pub fn capacity(mut self, bytes: usize) -> Builder {
+        self.capacity = bytes;
+        self
+    }
+
+    /// How the pipe recycles its pages; see [`PoolPolicy`].
+    pub fn pool(mut self, policy: PoolPolicy) -> Builder {
+        self.policy = policy;
+        self
+    }
+
+    /// Bytes per slot: a power of two from 4 KiB to 1 GiB (default 4 KiB). Larger slots
+    /// reproduce seed 001's "fatpipe"; Linux semantics hold byte for byte only with 4 KiB slots
+    /// (merging and atomicity then work in slot units).
+    pub fn slot_size(mut self, bytes: usize) -> Builder {
+        self.slot_size = bytes;
+        self
+    }
+
+    /// Packet mode, like a Linux `O_DIRECT` pipe: each write of up to one slot is a packet, never
+    /// merged; a read returns at most one packet and discards what of it did not fit.
+    pub fn packet_mode(mut self, packet: bool) -> Builder {
+        self.packet = packet;
+        self
+    }
+
+    /// Turns this builder into one for a notification pipe of `records` records (Linux: 1 to
+    /// 512, rounded up to a power of two, as `IOC_WATCH_QUEUE_SET_SIZE` sizes the ring), keeping
+    /// its pool policy. Every slot of its ring is reserved for records: the pipe takes no data,
+    /// so capacity, slot size and packet mode do not apply.
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(64).build()?;
+    /// notifier.post(&Notification { kind: 7, subtype: 1, ..Default::default() })?;
+    /// assert_eq!(reader.read_notification()?.kind, 7);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn notifications(self, records: usize) -> NotificationBuilder {
+        NotificationBuilder {
+            records,
+            policy: self.policy,
+        }
+    }
+
+    /// Creates the pipe.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`crate::MAX_CAPACITY`], or
+    /// a slot size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
+    /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
+    pub fn build(self) -> io::Result<(Writer, Reader)> {
+        check_slot_size(self.slot_size)?;
+        let ring_size = ring_size_for(self.capacity, self.slot_size)?;
+        check_page_size()?;
+        let config = Config {
+            policy: self.policy,
+            packet: self.packet,
+            slot_size: self.slot_size,
+            notes: 0,
+        };
+        let (w, r) = create(ring_size, config)?;
+        Ok((Writer { end: w }, Reader { end: r }))
+    }
+}
+
+/// Configures a notification pipe (seed 002, Linux's watch_queue) before creating it; made by
+/// [`Builder::notifications`].
+#[derive(Clone, Debug)]
+pub struct NotificationBuilder {
+    records: usize,
+    policy: PoolPolicy,
+}
+
+impl NotificationBuilder {
+    /// How the pipe recycles its pages; see [`PoolPolicy`].
+    pub fn pool(mut self, policy: PoolPolicy) -> NotificationBuilder {
+        self.policy = policy;
+        self
+    }
+
+    /// Creates the notification pipe: a [`Notifier`] that posts records without ever blocking,
+    /// and the [`NotificationReader`] that reads them whole.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for 0 or more than [`crate::MAX_RECORDS`] records;
+    /// [`io::ErrorKind::Unsupported`] on a system whose page size is not 4 KiB; the OS's error
+    /// if it refuses the mapping.
+    pub fn build(self) -> io::Result<(Notifier, NotificationReader)> {
+        let ring = region::notes_ring_for(self.records)?;
+        check_page_size()?;
+        let config = Config {
+            policy: self.policy,
+            packet: false,
+            slot_size: sys::mm::PAGE_SIZE,
+            notes: ring,
+        };
+        let (w, r) = create(ring, config)?;
+        Ok((Notifier { end: w }, NotificationReader { end: r }))
+    }
+}
+
+/// `Unsupported` unless the OS page size is the 4 KiB pagepipe assumes.
+fn check_page_size() -> io::Result<()> {
+    if !sys::mm::page_size_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "pagepipe needs 4 KiB pages",
+        ));
+    }
+    Ok(())
+}

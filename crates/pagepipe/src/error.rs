@@ -1,0 +1,42 @@
+//! Every `io::Error` the pipes make, in one place: the kinds and errnos a user of Linux pipes
+//! expects, with messages that say what was wrong and with which value.
+
+use std::io;
+
+/// `InvalidData`: a value loaded from the shared region (or a received end) failed validation.
+/// A peer corrupted the region, or the descriptor is not a pagepipe's.
+#[cold]
+pub(crate) fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// `InvalidInput`: the caller asked for something pipes cannot do (a bad size or count).
+#[cold]
+pub(crate) fn invalid_input(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+/// `BrokenPipe` (`EPIPE`): a write with no reader left in any process.
+pub(crate) fn broken_pipe() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "pipe has no reader left")
+}
+
+/// `WouldBlock` (`EAGAIN`): a non-blocking call that could do nothing now.
+pub(crate) fn would_block() -> io::Error {
+    io::Error::from(io::ErrorKind::WouldBlock)
+}
+
+/// `TimedOut`: a blocking call reached the end's timeout.
+pub(crate) fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "pipe operation timed out")
+}
+
+/// `EBUSY`, Linux's answer to resizing a notification pipe.
+pub(crate) fn ebusy() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBUSY)
+}
+
+/// `ENOBUFS`: a notification reader's buffer cannot hold the next record.
+pub(crate) fn enobufs() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOBUFS)
+}

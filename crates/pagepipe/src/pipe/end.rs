@@ -1,0 +1,435 @@
+//! One process's hold on one end of a pipe ([`End`]): the kernel objects that count holders
+//! across processes (the signal pipes), liveness of the other end, readiness for `poll(2)` and
+//! async adapters, and blocking until the other side moves.
+//!
+//! Which processes hold an end is counted by the kernel, through two small kernel pipes per
+//! pagepipe, its *signal pipes*. Every process holding a writer keeps the write ends of both
+//! open, every process holding a reader their read ends; descriptors follow `fork`,
+//! `SCM_RIGHTS` and exec like the ends they stand for, and the kernel closes them when a process
+//! exits or is killed. So the *readable* pipe's read end polls `POLLHUP` exactly when no process
+//! holds a writer, and the *full* pipe's write end `POLLERR` when none holds a reader.
+
+#[cfg(not(loom))]
+use crate::lock::{self, Taken};
+use crate::pipe::hint::prefetch_next_write;
+#[cfg(not(loom))]
+use crate::pipe::shared::LocalEnd;
+use crate::pipe::shared::{timeout_ns, Shared};
+use crate::region::{Side, FULL, READABLE};
+use crate::ring;
+use crate::sync::{Arc, ColdBool, ColdU64, Ordering};
+use crate::wait::{sleep_until, Wakers};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// Ends of this process that an async adapter ever wrapped (see [`End::adapt`]).
+#[cfg(not(loom))]
+static ADAPTED: std::sync::Mutex<Vec<std::sync::Weak<End>>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes the descriptors of the adapted ends that `which` selects exact (see [`End::adapt`]).
+#[cfg(not(loom))]
+fn exact_adapted(which: impl Fn(&End) -> bool) {
+    let ends: Vec<Arc<End>> = {
+        let mut list = ADAPTED.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    for end in ends.iter().filter(|e| which(e)) {
+        let _ = end.poll_fd();
+    }
+}
+
+/// Run before `fork(2)` (pthread_atfork's prepare handler, in the forking thread): after the
+/// fork a pipe may have ends in two processes, and an adapter's task parked in this one may
+/// wait for the other, which can only reach it through its descriptor.
+#[cfg(not(loom))]
+pub(crate) fn before_fork() {
+    crate::pipe::shared::note_fork();
+    exact_adapted(|_| true);
+}
+
+/// An end of `shared` is going to, or came from, another process: this process's async
+/// adapters on it switch to exact descriptors (see [`End::adapt`]).
+#[cfg(not(loom))]
+pub(crate) fn expose(shared: &Arc<Shared>) {
+    shared.mark_exposed();
+    exact_adapted(|end| Arc::ptr_eq(&end.shared, shared));
+}
+
+#[cfg(not(loom))]
+impl LocalEnd for End {
+    fn sync(&self) {
+        End::sync(self);
+    }
+}
+/// One process's hold on one end of a pipe: the handles (`Writer`, `Reader` and their clones)
+/// of that end in this process share it, and its drop is the process closing that end.
+pub(crate) struct End {
+    pub(crate) shared: Arc<Shared>,
+    /// Which side this end holds.
+    pub(crate) side: Side,
+    /// This process's descriptors of the signal pipes, `[full, readable]` (indexed by [`FULL`]
+    /// and [`READABLE`]): their write ends for
+    /// a writer, their read ends for a reader (see the module docs). `None` only while dropping.
+    #[cfg(not(loom))]
+    signals: Option<[std::os::fd::OwnedFd; 2]>,
+    /// `closes[other side]` when this end last asked the kernel about the other side.
+    peer_seen: ColdU64,
+    /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
+    /// copied from live ones).
+    peer_gone: ColdBool,
+    /// This process has made the descriptor it hands out exact (see [`End::enable_polling`]).
+    #[cfg(not(loom))]
+    polling: std::sync::Once,
+}
+
+impl End {
+    #[cfg(not(loom))]
+    pub(crate) fn new(shared: Arc<Shared>, side: Side, signals: [std::os::fd::OwnedFd; 2]) -> End {
+        End {
+            shared,
+            side,
+            signals: Some(signals),
+            peer_seen: ColdU64::new(u64::MAX),
+            peer_gone: ColdBool::new(false),
+            polling: std::sync::Once::new(),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new(shared: Arc<Shared>, side: Side) -> End {
+        shared.open[side.index()].fetch_add(1, Ordering::Relaxed);
+        End {
+            shared,
+            side,
+            peer_seen: ColdU64::new(u64::MAX),
+            peer_gone: ColdBool::new(false),
+        }
+    }
+
+    /// Shares a new end among its handles, and notes it as this process's end of its side
+    /// (see `Shared::local`).
+    pub(crate) fn arc(end: End) -> Arc<End> {
+        let end = Arc::new(end);
+        #[cfg(not(loom))]
+        {
+            let local: std::sync::Weak<dyn LocalEnd> = Arc::downgrade(&end) as _;
+            let slot = &end.shared.local[end.side.index()];
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(local);
+        }
+        end
+    }
+
+    /// Sets this end's non-blocking mode, for every holder of it (a flag in the region, not the
+    /// descriptors' shared `O_NONBLOCK`).
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) {
+        self.shared.header().nonblocking[self.side.index()]
+            .store(u32::from(nonblocking), Ordering::Relaxed);
+    }
+
+    /// Whether calls on this end are non-blocking.
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.shared.nonblocking(self.side)
+    }
+
+    /// Sets this end's timeout for blocking calls (`None`: wait forever), for every holder.
+    pub(crate) fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let ns = timeout_ns(timeout)?;
+        self.shared.header().timeout_ns[self.side.index()].store(ns, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The timeout set by [`End::set_timeout`].
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        match self.shared.header().timeout_ns[self.side.index()].load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    pub(crate) fn side(&self) -> Side {
+        self.side
+    }
+
+    /// This end's descriptor of signal pipe `which` ([`READABLE`] or [`FULL`]).
+    #[cfg(not(loom))]
+    pub(crate) fn signal(&self, which: usize) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.signals
+            .as_ref()
+            .expect("an end keeps its descriptors until dropped")[which]
+            .as_fd()
+    }
+
+    /// Which signal pipe stands for this end's readiness, and which wakers its waiting tasks
+    /// use: [`READABLE`] for a reader, [`FULL`] for a writer.
+    pub(crate) fn own(&self) -> usize {
+        if self.side == Side::Read {
+            READABLE
+        } else {
+            FULL
+        }
+    }
+
+    /// Async tasks of this process waiting for this end to become ready.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    pub(crate) fn waiters(&self) -> &Wakers {
+        &self.shared.wakers[self.own()]
+    }
+
+    /// Wakes the tasks of this process waiting on the other end: this side's transitions (data
+    /// for a writer, room for a reader, a close) are their wake-ups.
+    #[inline]
+    fn wake_peer_waiters(&self) {
+        self.shared.wakers[if self.side == Side::Write {
+            READABLE
+        } else {
+            FULL
+        }]
+        .wake();
+    }
+
+    /// The descriptor this end hands out for polling (the readable pipe's read end for a
+    /// reader, the full pipe's write end for a writer), made exact first.
+    #[cfg(not(loom))]
+    pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.polling.call_once(|| self.enable_polling());
+        self.signal(self.own())
+    }
+
+    /// Wraps this end in an async adapter. While its pipe is [confined](Shared::confined) to
+    /// this process, transitions wake the adapter's tasks directly and its descriptor is
+    /// left as it is (no system call per transition); otherwise, or as soon as the pipe stops
+    /// being confined, the descriptor is made exact ([`End::poll_fd`]) and every process's
+    /// transitions reach the adapter through the reactor as well.
+    ///
+    /// A pipe stops being confined only through this process (a fork, a send), and each way
+    /// first notes it (`FORKS`, `exposed`) and then makes every end in `ADAPTED` exact; an
+    /// adapter registers in `ADAPTED` and then looks at the notes. Both under `ADAPTED`'s lock,
+    /// so one of the two sees the other.
+    #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
+    pub(crate) fn adapt(end: &Arc<End>) {
+        {
+            let mut list = ADAPTED.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|w| w.strong_count() > 0);
+            list.push(Arc::downgrade(end));
+        }
+        if !end.shared.confined() {
+            let _ = end.poll_fd();
+        }
+    }
+
+    /// Starts keeping this end's descriptor exact, in every process: sets the region's `polled`
+    /// flag for this side and brings the descriptor to the ring's state. Only this side can:
+    /// while nobody polls, the readable pipe holds its byte (a reader removes it if the ring is
+    /// empty) and the full pipe is empty (a writer adds its byte if the ring is full).
+    #[cfg(not(loom))]
+    fn enable_polling(&self) {
+        let h = self.shared.header();
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+            return; // the region names this thread as holder: corrupt; nothing to make exact
+        };
+        self.recover_signals(taken);
+        let which = self.own();
+        // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
+        // each side): either a publisher or consumer sees the flag and syncs after us, or our
+        // reading of the indices below sees its update.
+        h.polled[which].store(1, Ordering::SeqCst);
+        self.sync_locked();
+        h.sig_lock.unlock();
+    }
+
+    /// After a state change by this side (a publication, a consumption, a resize): if some
+    /// process polls, brings the signal pipes this side can change to the ring's state. A
+    /// writer can only add the bytes (it holds the write ends), a reader only remove them, and
+    /// each state change is made by the side that can reflect it: data appears and the ring
+    /// fills only by writes, it empties and frees room only by reads. Transitions are
+    /// serialized by `sig_lock` and each rereads the indices under it, so the last sync after
+    /// the last change leaves both descriptors exact. At most one syscall per transition.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn sync(&self) {
+        self.wake_peer_waiters();
+        let h = self.shared.header();
+        // SeqCst: see enable_polling.
+        if h.polled[READABLE].load(Ordering::SeqCst) != 0
+            || h.polled[FULL].load(Ordering::SeqCst) != 0
+        {
+            self.sync_polled();
+        }
+    }
+
+    /// The rest of [`End::sync`], once some process polls.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn sync_polled(&self) {
+        let h = self.shared.header();
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+            return;
+        };
+        self.recover_signals(taken);
+        self.sync_locked();
+        h.sig_lock.unlock();
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn sync(&self) {
+        self.wake_peer_waiters();
+    }
+
+    /// The body of [`End::sync`], with `sig_lock` held.
+    #[cfg(not(loom))]
+    fn sync_locked(&self) {
+        let sh = &*self.shared;
+        let h = sh.header();
+        let (head, tail) = sh.indices();
+        let occupied = ring::occupancy(head, tail);
+        let want = [
+            occupied >= sh.limit_now(), // FULL
+            occupied != 0,              // READABLE
+        ];
+        for which in [READABLE, FULL] {
+            if h.polled[which].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let charged = h.charged[which].load(Ordering::Relaxed) != 0;
+            let fd = self.signal(which);
+            let done = match (self.side, charged, want[which]) {
+                (Side::Write, false, true) => crate::sys::pipe::write_byte(fd).map(|()| 1),
+                (Side::Read, true, false) => crate::sys::pipe::read_byte(fd).map(|()| 0),
+                _ => continue,
+            };
+            // A failure (a peer that lied about the state) is repaired by recover_signals on
+            // the next takeover; the flag keeps what the pipe holds as far as we know.
+            if let Ok(v) = done {
+                h.charged[which].store(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// After taking `sig_lock` from a holder that died: the charged flags may not match the
+    /// signal pipes; asks the kernel what they hold.
+    #[cfg(not(loom))]
+    fn recover_signals(&self, taken: Taken) {
+        if taken != Taken::FromDead {
+            return;
+        }
+        let h = self.shared.header();
+        for which in [READABLE, FULL] {
+            if let Ok(n) = crate::sys::pipe::fionread(self.signal(which)) {
+                h.charged[which].store(u32::from(n > 0), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the other end has no holder left in any process. Without `force`, asks the
+    /// kernel only when some process closed that end since we last asked (no syscall on the
+    /// fast path); with it, always (sleepers, every tick: a killed process bumps nothing).
+    pub(crate) fn peer_gone(&self, force: bool) -> bool {
+        if self.peer_gone.load(Ordering::Relaxed) {
+            return true;
+        }
+        let other = self.side.other().index();
+        // Acquire: pairs with the Release bump in `End::drop`, made after that process
+        // published its last slots (and closed its descriptor).
+        let seen = self.shared.header().closes[other].load(Ordering::Acquire);
+        if !force && seen == self.peer_seen.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.peer_seen.store(seen, Ordering::Relaxed);
+        if self.ask_kernel() {
+            self.peer_gone.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    #[cfg(not(loom))]
+    fn ask_kernel(&self) -> bool {
+        if self.signals.is_none() {
+            return false;
+        }
+        // A reader asks its readable pipe's read end (POLLHUP: no writer holds the write end);
+        // a writer its full pipe's write end (POLLERR: no reader holds the read end).
+        let (fd, gone) = if self.side == Side::Read {
+            (self.signal(READABLE), libc::POLLHUP)
+        } else {
+            (self.signal(FULL), libc::POLLERR)
+        };
+        let gone = crate::sys::poll::poll_now(fd, 0) & gone != 0;
+        if gone {
+            // Acquire: the peers' last publications happened before their descriptors closed,
+            // which the kernel's poll observed; our later loads of head/tail must see them.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        gone
+    }
+
+    #[cfg(loom)]
+    fn ask_kernel(&self) -> bool {
+        // Acquire: pairs with the AcqRel decrement in End::drop.
+        self.shared.open[self.side.other().index()].load(Ordering::Acquire) == 0
+    }
+
+    /// Blocks until the ring may hold data or no writer is left; `TimedOut` at the deadline.
+    pub(crate) fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<()> {
+        let sh = &*self.shared;
+        let h = sh.header();
+        sleep_until(
+            &h.head.word,
+            &h.readable,
+            |force| {
+                let (hd, t) = sh.indices();
+                if hd != t {
+                    sh.prefetch(Side::Read); // what the read will touch first travels meanwhile
+                    prefetch_next_write(); // and what this thread's reply will touch
+                    return true;
+                }
+                self.peer_gone(force)
+            },
+            deadline,
+        )
+    }
+
+    /// Blocks until the ring may have a free slot or no reader is left; `TimedOut` at the
+    /// deadline.
+    pub(crate) fn wait_writable(&self, deadline: Option<Instant>) -> io::Result<()> {
+        let sh = &*self.shared;
+        let h = sh.header();
+        sleep_until(
+            &h.tail.word,
+            &h.writable,
+            |force| {
+                let (hd, t) = sh.indices();
+                !ring::is_full(hd, t, sh.limit_now()) || self.peer_gone(force)
+            },
+            deadline,
+        )
+    }
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        // Close our descriptor of the end first: a peer that sees the bump below and asks the
+        // kernel must not count us.
+        #[cfg(not(loom))]
+        drop(self.signals.take());
+        #[cfg(loom)]
+        // AcqRel: Release pairs with the Acquire load in ask_kernel (our publications happen
+        // before a peer sees the end closed); Acquire orders other ends' drops.
+        self.shared.open[self.side.index()].fetch_sub(1, Ordering::AcqRel);
+        let h = self.shared.header();
+        // Release: pairs with the Acquire load in `peer_gone`.
+        h.closes[self.side.index()].fetch_add(1, Ordering::Release);
+        if self.side == Side::Write {
+            h.readable.wake_all();
+        } else {
+            h.writable.wake_all();
+        }
+        // Tasks of this process waiting on the other side see the close at once (those in
+        // other processes by their descriptor's POLLHUP or POLLERR).
+        self.wake_peer_waiters();
+    }
+}

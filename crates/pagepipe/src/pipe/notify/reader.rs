@@ -1,0 +1,281 @@
+//! The reading end of a notification pipe: whole records, Linux's `read(2)` on a watch queue.
+
+use super::record::{set_filters, Filter, Notification, HEADER, MAX_FILTERS, RECORD_MAX};
+use crate::error::{enobufs, invalid, would_block};
+use crate::lock;
+use crate::pipe::end::End;
+use crate::pipe::shared::{ReadGuard, Ring, Shared};
+use crate::region::{Side, DROPPED, END_MASK, LOSS, RELEASED};
+use crate::sync::{Arc, Ordering};
+use std::io;
+use std::time::Duration;
+
+/// Reads whole records into `buf` (at most `max_records` of them), as `read(2)` on a Linux
+/// notification pipe: the LOSS record after a flagged one, `ENOBUFS` if the next record does
+/// not fit an empty buffer, end of file once no notifier is left.
+fn read(r: &End, buf: &mut [u8], nonblocking: bool, max_records: usize) -> io::Result<usize> {
+    let sh = &*r.shared;
+    let deadline = sh.deadline(Side::Read);
+    loop {
+        let eof = r.peer_gone(nonblocking);
+        let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
+        let n = read_records(sh, &mut rs, buf, max_records)?;
+        drop(rs);
+        if n > 0 {
+            r.sync();
+            return Ok(n);
+        }
+        if eof {
+            return Ok(0); // seeing no notifier meant seeing every record they posted
+        }
+        if nonblocking {
+            return Err(would_block());
+        }
+        r.wait_readable(deadline)?;
+    }
+}
+
+/// The body of [`read`], with the read side held.
+fn read_records(
+    sh: &Shared,
+    rs: &mut ReadGuard<'_>,
+    buf: &mut [u8],
+    max_records: usize,
+) -> io::Result<usize> {
+    let h = sh.header();
+    // Borrows the region, not the guard, whose indices we move below.
+    let ring = Ring::new(&sh.region, rs.ring_size);
+    if ring.size != sh.config().notes {
+        return Err(invalid(format!(
+            "a notification ring of {} slots, made with {}",
+            ring.size,
+            sh.config().notes
+        )));
+    }
+    let (mut n, mut records) = (0, 0);
+    while records < max_records {
+        if h.note_loss.load(Ordering::Relaxed) != 0 {
+            if buf.len() - n < HEADER {
+                return if n == 0 { Err(enobufs()) } else { Ok(n) };
+            }
+            buf[n..n + HEADER].copy_from_slice(&Notification::loss().to_bytes());
+            h.note_loss.store(0, Ordering::Relaxed);
+            (n, records) = (n + HEADER, records + 1);
+            continue;
+        }
+        // (The Acquire load pairs with the poster's Release head RMW, publishing the record.)
+        let head = sh.load_head(rs.tail, ring.size)?;
+        rs.cached_head = head;
+        if head == rs.tail {
+            break;
+        }
+        let (pos, slot) = ring.slot(rs.tail);
+        // Relaxed: the head Acquire above ordered the poster's state store before us.
+        let mut st = slot.state.load(Ordering::Relaxed);
+        let len = (st & END_MASK) as usize;
+        if st & (RELEASED | DROPPED) != 0 || !(HEADER..=RECORD_MAX).contains(&len) {
+            return Err(invalid(format!(
+                "notification slot {} has state {st:#x}",
+                rs.tail
+            )));
+        }
+        if len > buf.len() - n {
+            return if n == 0 { Err(enobufs()) } else { Ok(n) };
+        }
+        // SAFETY: len <= 127 bytes at the start of a published slot's page (inside it), copied
+        // raw from shared memory into `buf[n..n + len]` (checked to fit), which cannot overlap
+        // the region's mapping.
+        unsafe { std::ptr::copy_nonoverlapping(ring.page(pos), buf[n..].as_mut_ptr(), len) };
+        // Relaxed: decides only between us and a poster's LOSS CAS on this word; the poster
+        // reuses the slot only after our Release tail RMW below.
+        while let Err(now) =
+            slot.state
+                .compare_exchange(st, st | RELEASED, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            st = now;
+        }
+        if st & LOSS != 0 {
+            h.note_loss.store(1, Ordering::Relaxed);
+        }
+        let out = &h.tail.bytes;
+        out.store(
+            out.load(Ordering::Relaxed).wrapping_add(len as u64),
+            Ordering::Relaxed,
+        );
+        sh.advance_tail(1);
+        rs.tail += 1;
+        (n, records) = (n + len, records + 1);
+    }
+    Ok(n)
+}
+
+/// The reading end of a notification pipe (see [`crate::Builder::notifications`]).
+///
+/// As on a Linux notification pipe, `read` returns whole records in Linux's byte layout
+/// ([`Notification::to_bytes`]) and fails with `ENOBUFS` when the buffer cannot hold the next
+/// one; a LOSS record (8 bytes, kind 0, subtype 1) follows the records queued when posts were
+/// lost; reading returns end of file (`Ok(0)`) once the pipe is empty and no notifier is left.
+/// A notification pipe takes no data: it has no chunk API, no splice family and no resize (what
+/// Linux answers with `EXDEV` and `EBUSY` does not compile here):
+///
+/// ```compile_fail,E0599
+/// let (_n, r) = pagepipe::Builder::new().notifications(4).build()?;
+/// r.read_chunk()?; // no such method on a notification reader
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// ```compile_fail,E0308
+/// let (_n, r) = pagepipe::Builder::new().notifications(4).build()?;
+/// let (w, _r) = pagepipe::pipe()?;
+/// pagepipe::splice(&r, &w, 10)?; // splice takes a data pipe's Reader
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// ```compile_fail,E0599
+/// let (_n, r) = pagepipe::Builder::new().notifications(4).build()?;
+/// r.set_capacity(1 << 20)?; // a notification pipe is not resized
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// Cloning it is like `dup(2)`ing the read descriptor; notifiers get `BrokenPipe` once the last
+/// clone is dropped in every process.
+pub struct NotificationReader {
+    pub(crate) end: Arc<End>,
+}
+
+impl NotificationReader {
+    /// Switches this end to non-blocking mode or back, for every holder of it: a read of an
+    /// empty pipe then fails with [`io::ErrorKind::WouldBlock`] while notifiers exist.
+    ///
+    /// # Errors
+    /// None today; the `Result` matches [`crate::Reader::set_nonblocking`].
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.end.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// Whether reads are non-blocking.
+    pub fn is_nonblocking(&self) -> bool {
+        self.end.is_nonblocking()
+    }
+
+    /// Bounds how long a read waits for a record or for the read side; `None` waits forever.
+    /// An expired wait is [`io::ErrorKind::TimedOut`]. Shared by every holder of this end.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.end.set_timeout(timeout)
+    }
+
+    /// The read timeout set by [`NotificationReader::set_read_timeout`].
+    ///
+    /// # Errors
+    /// None today; the `Result` matches [`crate::Reader::read_timeout`].
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.end.timeout())
+    }
+
+    /// Records the pipe holds (a power of two), as [`crate::Notifier::capacity`].
+    pub fn capacity(&self) -> usize {
+        self.end.shared.config().notes
+    }
+
+    /// Bytes of records queued, without taking a lock: a snapshot.
+    pub fn len(&self) -> usize {
+        self.end.shared.queued_bytes()
+    }
+
+    /// True when no record is queued (see [`NotificationReader::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl NotificationReader {
+    /// Reads one record of a notification pipe: the next queued one, or the LOSS record
+    /// ([`Notification::is_loss`]) where records were lost. Blocks while the pipe is empty
+    /// (non-blocking: `WouldBlock`).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::UnexpectedEof`] once the pipe is empty and no notifier is left;
+    /// `WouldBlock`, `TimedOut` as for `read`;
+    /// `InvalidData` if the shared region is corrupt.
+    pub fn read_notification(&mut self) -> io::Result<Notification> {
+        let mut buf = [0u8; RECORD_MAX];
+        let n = read(&self.end, &mut buf, self.is_nonblocking(), 1)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the notification pipe has no notifier left",
+            ));
+        }
+        Ok(Notification::parse(&buf[..n])?.0)
+    }
+
+    /// Sets the filters of a notification pipe: from then on, posts that match none of them
+    /// are dropped (not a loss). An empty slice removes them. Takes the read side.
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Filter, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(8).build()?;
+    /// reader.set_filter(&[Filter { kind: 1, info_filter: 0, info_mask: 0, subtypes: 1 << 2 }])?;
+    /// let post = |subtype| notifier.post(&Notification { kind: 1, subtype, ..Default::default() });
+    /// post(1)?; // filtered out
+    /// post(2)?;
+    /// assert_eq!(reader.read_notification()?.subtype, 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] (Linux: `EINVAL`) for more than [`MAX_FILTERS`]
+    /// filters, a kind above 24 bits, `info_filter` bits outside `info_mask`, or a mask on the
+    /// length bits.
+    pub fn set_filter(&self, filters: &[Filter]) -> io::Result<()> {
+        if filters.len() > MAX_FILTERS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} filters, at most {MAX_FILTERS}", filters.len()),
+            ));
+        }
+        filters.iter().try_for_each(Filter::check)?;
+        let sh = &*self.end.shared;
+        let rs = sh.lock_read(lock::Wait::Until(sh.deadline(Side::Read)))?;
+        set_filters(sh.header(), filters);
+        drop(rs);
+        Ok(())
+    }
+}
+
+impl io::Read for NotificationReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+/// Reads whole records ([`NotificationReader`]); a null read succeeds, as on Linux.
+impl io::Read for &NotificationReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        read(&self.end, buf, self.is_nonblocking(), usize::MAX)
+    }
+}
+
+impl Clone for NotificationReader {
+    fn clone(&self) -> NotificationReader {
+        NotificationReader {
+            end: self.end.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NotificationReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotificationReader")
+            .field("capacity", &self.capacity())
+            .field("nonblocking", &self.is_nonblocking())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,553 @@
+//! What one process knows of one pipe ([`Shared`]: its mapping of the region), the guards of
+//! the two sides, and the index operations both sides build on: taking a side and loading its
+//! saved state, publishing (head), consuming (tail), snapshots for sleepers.
+
+use crate::error::invalid;
+use crate::lock::{self, Taken};
+use crate::region::{self, Config, Region, Side, Slot, RELEASED};
+use crate::ring::{self, check_indices, ONE};
+use crate::sync::{AtomicU64, ColdU64, Ordering};
+use crate::wait::{wake_if_waiting, Wakers};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// This process's end of one side of a pipe, as [`Shared`] keeps it: what a resize asks of it.
+/// (The end itself, `pipe::end::End`, holds its `Shared`; this trait keeps the two files from
+/// importing each other.)
+pub(crate) trait LocalEnd: Send + Sync {
+    /// Brings this end's descriptors to the ring's state (see `End::sync`).
+    fn sync(&self);
+}
+
+/// Everything one process knows of one pipe: its mapping of the region.
+pub(crate) struct Shared {
+    pub(crate) region: Region,
+    /// `index(head)` seen by the idle trimmer's last tick.
+    #[cfg(not(loom))]
+    pub(crate) idle_mark: std::sync::atomic::AtomicU64,
+    /// This process's end of each side of this mapping, if it has one: `set_capacity` changes
+    /// state that either side may have to reflect in its descriptor.
+    #[cfg(not(loom))]
+    pub(crate) local: [std::sync::Mutex<Option<std::sync::Weak<dyn LocalEnd>>>; 2],
+    /// Tasks of this process waiting in an async adapter, indexed like the signal pipes:
+    /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
+    pub(crate) wakers: [Wakers; 2],
+    /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
+    #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
+    born_forks: u64,
+    /// An end of this pipe left this process (sent over a socket, passed to a command) or
+    /// came from another (see [`Shared::confined`]).
+    #[cfg(not(loom))]
+    pub(crate) exposed: std::sync::atomic::AtomicBool,
+    /// Ends open in this (only) process: loom's stand-in for the signal pipes.
+    #[cfg(loom)]
+    pub(crate) open: [crate::sync::AtomicUsize; 2],
+}
+
+/// A view of the ring with a validated size, for as long as a side is held.
+#[derive(Clone, Copy)]
+pub(crate) struct Ring<'a> {
+    region: &'a Region,
+    /// Slot count, a power of two of at most `region.max_ring`.
+    pub(crate) size: usize,
+}
+
+impl<'a> Ring<'a> {
+    /// A view of `region`'s ring of `size` slots (validated by the caller).
+    pub(crate) fn new(region: &'a Region, size: usize) -> Ring<'a> {
+        Ring { region, size }
+    }
+
+    /// Slot index `index`'s position and bookkeeping.
+    pub(crate) fn slot(&self, index: u64) -> (usize, &'a Slot) {
+        let pos = ring::slot(index, self.size);
+        (pos, self.region.slot(pos))
+    }
+
+    /// The first byte of position `pos`'s page.
+    pub(crate) fn page(&self, pos: usize) -> *mut u8 {
+        self.region.page(pos)
+    }
+
+    pub(crate) fn slot_size(&self) -> usize {
+        self.region.config.slot_size
+    }
+}
+
+/// The write side, held: released on drop.
+pub(crate) struct WriteGuard<'a> {
+    pub(crate) sh: &'a Shared,
+    /// `index(head)`: only write-side holders move head.
+    pub(crate) head: u64,
+    /// A possibly stale `index(tail)`; never ahead of the real tail.
+    pub(crate) cached_tail: u64,
+    /// Ring size and max_usage, validated when the side was taken (they change only with both
+    /// sides held).
+    pub(crate) ring_size: usize,
+    pub(crate) limit: u64,
+}
+
+/// The read side, held: released on drop.
+pub(crate) struct ReadGuard<'a> {
+    pub(crate) sh: &'a Shared,
+    /// `index(tail)`: only read-side holders move tail.
+    pub(crate) tail: u64,
+    /// A possibly stale `index(head)`; never ahead of the real head.
+    pub(crate) cached_head: u64,
+    pub(crate) ring_size: usize,
+    pub(crate) limit: u64,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        let h = self.sh.header();
+        store_side_state(&h.write_side.state, self.head, self.cached_tail);
+        h.write_side.lock.unlock();
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let h = self.sh.header();
+        store_side_state(&h.read_side.state, self.tail, self.cached_head);
+        h.read_side.lock.unlock();
+    }
+}
+
+/// Saves a side's `(own index, cached other index)` for the next holder; the lock's Release
+/// unlock orders it.
+fn store_side_state(state: &[ColdU64; 2], own: u64, other: u64) {
+    state[0].store(own, Ordering::Relaxed);
+    state[1].store(other, Ordering::Relaxed);
+}
+
+/// The side state a holder left, or after a dead holder, the index words themselves: `own`
+/// (head for writers, tail for readers: only this side moves it) and `other` (Acquire: pairs
+/// with the other side's Release index RMW). With `check_own`, checks the saved copy against
+/// the `own` word (see below); without, the caller checks it later.
+///
+/// On an error the side is released: a corrupt region must not keep it held (its holder would
+/// get `Deadlock` on every later call, and everyone else would wait for a live holder).
+fn load_side_state(
+    side: &region::SideLine,
+    taken: Taken,
+    own: &AtomicU64,
+    other: &AtomicU64,
+    check_own: bool,
+) -> io::Result<(u64, u64)> {
+    let state = &side.state;
+    let (mine, theirs) = match taken {
+        // Relaxed: written by the previous holder before its Release unlock, which our lock's
+        // Acquire pairs with.
+        Taken::Clean => (
+            state[0].load(Ordering::Relaxed),
+            state[1].load(Ordering::Relaxed),
+        ),
+        // The dead holder may have moved its index without saving its copy. Relaxed for our own
+        // index (nobody else moves it); Acquire for the other side's.
+        Taken::FromDead => (
+            ring::index(own.load(Ordering::Relaxed)),
+            ring::index(other.load(Ordering::Acquire)),
+        ),
+    };
+    // Between holders the copy equals the index word (only holders move it, and they save the
+    // copy before releasing): a mismatch is a corrupt region, which would otherwise make a
+    // sleeper see data (or room) that the side cannot find. Not in loom models: it validates
+    // memory, not the protocol.
+    #[cfg(loom)]
+    let _ = check_own;
+    #[cfg(not(loom))]
+    if check_own && taken == Taken::Clean {
+        if let Err(e) = check_saved_index(mine, own.load(Ordering::Relaxed)) {
+            side.lock.unlock();
+            return Err(e);
+        }
+    }
+    Ok((mine, theirs))
+}
+
+/// A side's saved index against its index `word` (see [`load_side_state`]).
+pub(crate) fn check_saved_index(saved: u64, word: u64) -> io::Result<()> {
+    if ring::index(word) != saved {
+        return Err(invalid(format!(
+            "a side's saved index {saved} differs from its index word {}",
+            ring::index(word)
+        )));
+    }
+    Ok(())
+}
+
+impl WriteGuard<'_> {
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        Ring {
+            region: &self.sh.region,
+            size: self.ring_size,
+        }
+    }
+
+    /// Checks the head word against the saved head, for holders that took the side with
+    /// [`Shared::lock_write_unchecked`] and are about to wait for room or report it missing.
+    pub(crate) fn check_head(&self) -> io::Result<()> {
+        check_saved_index(
+            self.head,
+            self.sh.header().head.word.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl ReadGuard<'_> {
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        Ring {
+            region: &self.sh.region,
+            size: self.ring_size,
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(region: Region) -> Shared {
+        Shared {
+            region,
+            #[cfg(not(loom))]
+            idle_mark: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(not(loom))]
+            local: Default::default(),
+            wakers: Default::default(),
+            #[cfg(not(loom))]
+            born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
+            #[cfg(not(loom))]
+            exposed: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(loom)]
+            open: [
+                crate::sync::AtomicUsize::new(0),
+                crate::sync::AtomicUsize::new(0),
+            ],
+        }
+    }
+
+    /// Whether every end of this pipe is in this process: it was made here, and neither did
+    /// this process fork since, nor did an end come from or go to another process. While it is,
+    /// the async adapters need no descriptor: every transition is made by this process, which
+    /// wakes them through [`Shared::wakers`].
+    #[cfg(not(loom))]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
+    pub(crate) fn confined(&self) -> bool {
+        !self.exposed.load(std::sync::atomic::Ordering::Relaxed)
+            && FORKS.load(std::sync::atomic::Ordering::Relaxed) == self.born_forks
+    }
+
+    /// Notes that an end of this pipe is going to, or came from, another process (see
+    /// [`Shared::confined`]; `pipe::end::expose` also switches the adapters).
+    #[cfg(not(loom))]
+    pub(crate) fn mark_exposed(&self) {
+        self.exposed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this process holds an end of `side` (a live handle of it, as far as `local`
+    /// knows: an end this process dropped, or never had, is not held).
+    #[cfg(all(not(loom), feature = "tokio"))]
+    pub(crate) fn holds(&self, side: Side) -> bool {
+        let slot = &self.local[side.index()];
+        slot.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|w| w.strong_count() > 0)
+    }
+
+    /// After a change either side may have to reflect (a resize): syncs the descriptors of
+    /// every end this process holds. A side held only by other processes catches up at its
+    /// next operation.
+    pub(crate) fn sync_local(&self) {
+        #[cfg(not(loom))]
+        for slot in &self.local {
+            let end = slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade);
+            if let Some(end) = end {
+                end.sync();
+            }
+        }
+    }
+
+    pub(crate) fn header(&self) -> &region::Header {
+        self.region.header()
+    }
+
+    pub(crate) fn config(&self) -> Config {
+        self.region.config
+    }
+
+    /// Takes the write side and reads its state from the region.
+    pub(crate) fn lock_write(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
+        self.write_guard(self.header().write_side.lock.lock(wait)?, true)
+    }
+
+    /// [`Shared::lock_write`] without loading the head word to check the saved head against
+    /// it, for `write`: a waiting reader polls that word, so loading it misses in the cache
+    /// and waits for the line, on a round trip's critical path. The writer checks it where it
+    /// touches the word anyway: the publication's RMW returns it ([`super::writer::publish`]),
+    /// and a writer that finds the ring full checks before it waits or reports `WouldBlock`
+    /// ([`WriteGuard::check_head`]), so a corrupt word never has it wait for room it cannot
+    /// find. A write that only merges checks nothing: it touches the slot before the saved
+    /// head, which is memory-safe whatever the word says.
+    pub(crate) fn lock_write_unchecked(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
+        self.write_guard(self.header().write_side.lock.lock(wait)?, false)
+    }
+
+    /// [`Shared::lock_write_unchecked`] if the write side is free now, without waiting
+    /// (`None`: it is held, or its saved state is corrupt), for fast paths that fall back to
+    /// the general one, which waits or reports.
+    #[inline]
+    pub(crate) fn try_lock_write_unchecked(&self) -> Option<WriteGuard<'_>> {
+        if !self.header().write_side.lock.try_lock() {
+            return None;
+        }
+        self.write_guard(Taken::Clean, false).ok()
+    }
+
+    /// The guard of the write side just taken (`taken`): its state read from the region.
+    #[inline]
+    fn write_guard(&self, taken: Taken, check_head: bool) -> io::Result<WriteGuard<'_>> {
+        let h = self.header();
+        // A dead holder's unpublished slots are beyond head: nothing else to recover.
+        let (head, cached_tail) =
+            load_side_state(&h.write_side, taken, &h.head.word, &h.tail.word, check_head)?;
+        let mut g = WriteGuard {
+            sh: self,
+            head,
+            cached_tail,
+            ring_size: 1,
+            limit: 1,
+        };
+        g.ring_size = self.region.ring_size()?;
+        g.limit = self.region.max_usage(g.ring_size)? as u64;
+        check_indices(g.head, g.cached_tail, g.ring_size)?;
+        Ok(g)
+    }
+
+    /// Takes the read side and reads its state from the region; after a reader that died
+    /// holding it, skips the slots it had released but not yet handed back.
+    pub(crate) fn lock_read(&self, wait: lock::Wait) -> io::Result<ReadGuard<'_>> {
+        self.read_guard(self.header().read_side.lock.lock(wait)?)
+    }
+
+    /// [`Shared::lock_read`] if the read side is free now, without waiting (`None`: it is
+    /// held, or its saved state is corrupt), for fast paths that fall back to the general
+    /// one, which waits or reports.
+    #[inline]
+    pub(crate) fn try_lock_read(&self) -> Option<ReadGuard<'_>> {
+        if !self.header().read_side.lock.try_lock() {
+            return None;
+        }
+        self.read_guard(Taken::Clean).ok()
+    }
+
+    /// The guard of the read side just taken (`taken`): its state read from the region, and
+    /// after a dead holder, the slots it released skipped.
+    #[inline]
+    fn read_guard(&self, taken: Taken) -> io::Result<ReadGuard<'_>> {
+        let h = self.header();
+        let (tail, cached_head) =
+            load_side_state(&h.read_side, taken, &h.tail.word, &h.head.word, true)?;
+        let mut g = ReadGuard {
+            sh: self,
+            tail,
+            cached_head,
+            ring_size: 1,
+            limit: 1,
+        };
+        g.ring_size = self.region.ring_size()?;
+        g.limit = self.region.max_usage(g.ring_size)? as u64;
+        check_indices(g.cached_head, g.tail, g.ring_size)?;
+        if taken == Taken::FromDead {
+            self.skip_released(&mut g);
+        }
+        Ok(g)
+    }
+
+    /// After a reader that died holding the read side: skips the slots it had released but
+    /// not yet handed back.
+    #[cold]
+    fn skip_released(&self, g: &mut ReadGuard<'_>) {
+        let ring = g.ring();
+        let mut skipped = 0;
+        while g.tail + skipped != g.cached_head {
+            let st = ring.slot(g.tail + skipped).1.state.load(Ordering::Relaxed);
+            if st & RELEASED == 0 {
+                break;
+            }
+            // A notification record the dead reader released after a poster flagged it (see
+            // `notify`): its LOSS record is still owed.
+            if st & region::LOSS != 0 {
+                self.header().note_loss.store(1, Ordering::Relaxed);
+            }
+            skipped += 1;
+        }
+        self.advance_tail(skipped);
+        g.tail += skipped;
+    }
+
+    // ----- waking -----
+
+    /// Called after a slot was published with a `head` RMW that returned `old`.
+    pub(crate) fn wake_readers_if_waiting(&self, old: u64) {
+        let h = self.header();
+        wake_if_waiting(&h.head.word, &h.readable, old);
+    }
+
+    /// Called after a slot was consumed with a `tail` RMW that returned `old`.
+    fn wake_writers_if_waiting(&self, old: u64) {
+        let h = self.header();
+        wake_if_waiting(&h.tail.word, &h.writable, old);
+    }
+
+    /// Hands `n` released slots back to the writer side and wakes a sleeping writer.
+    pub(crate) fn advance_tail(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
+        // their release) happen before the writer reuses the positions. SeqCst (free on x86,
+        // where every RMW is a full barrier): the store half of the store-load pair with
+        // End::enable_polling.
+        let old = self.header().tail.word.fetch_add(n * ONE, Ordering::SeqCst);
+        self.wake_writers_if_waiting(old);
+    }
+
+    /// The head index now, checked against the caller's `tail` in a ring of `ring` slots.
+    /// Acquire: pairs with the writer's Release head RMW, publishing the slots and pages below
+    /// it.
+    pub(crate) fn load_head(&self, tail: u64, ring: usize) -> io::Result<u64> {
+        let head = ring::index(self.header().head.word.load(Ordering::Acquire));
+        check_indices(head, tail, ring)?;
+        Ok(head)
+    }
+
+    /// The tail index now, checked against the caller's `head` in a ring of `ring` slots.
+    /// Acquire: pairs with the reader's Release tail RMW, so its reads of the freed pages (and
+    /// its release of their slots) happen before a writer reuses them.
+    pub(crate) fn load_tail(&self, head: u64, ring: usize) -> io::Result<u64> {
+        let tail = ring::index(self.header().tail.word.load(Ordering::Acquire));
+        check_indices(head, tail, ring)?;
+        Ok(tail)
+    }
+
+    // ----- waiting (no side held) -----
+
+    /// A `(head, tail)` index snapshot: tail is read first, so the head read after it is never
+    /// behind it (head only grows, and tail never passes it) unless a peer corrupted them.
+    pub(crate) fn indices(&self) -> (u64, u64) {
+        let h = self.header();
+        // Acquire (both): pair with the Release RMWs that advance tail and head.
+        let t = ring::index(h.tail.word.load(Ordering::Acquire));
+        let hd = ring::index(h.head.word.load(Ordering::Acquire));
+        (hd, t)
+    }
+
+    /// Slots data may use now, for sleepers (a bad value reads as "full": they recheck every
+    /// tick and the next operation reports it).
+    pub(crate) fn limit_now(&self) -> u64 {
+        self.region
+            .ring_size()
+            .and_then(|r| self.region.max_usage(r))
+            .map_or(0, |l| l as u64)
+    }
+
+    /// The deadline of a blocking call on `side` that starts now, if a timeout is set.
+    pub(crate) fn deadline(&self, side: Side) -> Option<Instant> {
+        match self.header().timeout_ns[side.index()].load(Ordering::Relaxed) {
+            0 => None,
+            ns => Instant::now().checked_add(Duration::from_nanos(ns)),
+        }
+    }
+
+    pub(crate) fn nonblocking(&self, side: Side) -> bool {
+        self.header().nonblocking[side.index()].load(Ordering::Relaxed) != 0
+    }
+
+    /// How a call on `side` may wait for its side lock (`nonblocking`: the call's own mode).
+    pub(crate) fn lock_wait(&self, nonblocking: bool, deadline: Option<Instant>) -> lock::Wait {
+        if nonblocking {
+            lock::Wait::Never
+        } else {
+            lock::Wait::Until(deadline)
+        }
+    }
+
+    /// Bytes queued (`FIONREAD`), without taking a lock: a snapshot.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        let h = self.header();
+        // Consumed bytes first, so that the published count read after it covers them, except
+        // for bytes published a moment ago: a writer counts them just after its publication
+        // RMW, so a reader may consume them first (the difference saturates: such a snapshot
+        // reads too little, never a wrapped huge value). Acquire (both): keeps the second load
+        // after the first; the counters are written Relaxed by their side's holder next to
+        // that side's index RMW.
+        let out = h.tail.bytes.load(Ordering::Acquire);
+        let inn = h.head.bytes.load(Ordering::Acquire);
+        inn.saturating_sub(out) as usize
+    }
+
+    // ----- capacity -----
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.limit_now() as usize * self.config().slot_size
+    }
+}
+
+/// Forks this process made, or that made it (counted before each fork, so parent and child
+/// both see the increment).
+#[cfg(not(loom))]
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a fork (before it happens; see `pipe::end::before_fork`).
+#[cfg(not(loom))]
+pub(crate) fn note_fork() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Slots staged before one publication (and, on the reader side, released before one tail
+/// update): one index RMW, one cache-line handoff to the other side, per this many pages.
+pub(crate) const PUBLISH_BATCH: u64 = 4;
+
+/// Publishes the `n` slots staged from index `from`, holding `bytes` in all, and wakes a
+/// sleeping reader. `InvalidData` when the head word was not at `from`: a peer corrupted the
+/// region (the check `Shared::lock_write_unchecked` leaves to us).
+pub(crate) fn publish(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
+    // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
+    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst);
+    // After the RMW, which brought the line here: a waiting reader polls it, and loading the
+    // counter before the RMW would wait for the line on a round trip's critical path.
+    add_bytes(sh, bytes);
+    sh.wake_readers_if_waiting(old);
+    check_saved_index(from, old)
+}
+
+/// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.
+pub(crate) fn add_bytes(sh: &Shared, n: usize) {
+    let b = &sh.header().head.bytes;
+    b.store(
+        b.load(Ordering::Relaxed).wrapping_add(n as u64),
+        Ordering::Relaxed,
+    );
+}
+
+/// A timeout as the region stores it (nanoseconds, 0 for none).
+pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
+    match t {
+        None => Ok(0),
+        Some(d) if d.is_zero() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        )),
+        Some(d) => Ok(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    }
+}

@@ -1,0 +1,122 @@
+//! Spare memory, process-wide: every pipe and every [`crate::FragCache`] registers what it can give
+//! back to the OS in one registry. An idle trimmer thread trims idle owners every
+//! [`IDLE_TICK`]; [`shrink`] empties all of it now (and [`crate::PressureMonitor`] calls it under
+//! memory pressure).
+
+#[cfg(not(loom))]
+use crate::sync::{Arc, Mutex};
+#[cfg(not(loom))]
+use std::sync::Weak;
+
+/// Gives every pipe's spare pages and every [`crate::FragCache`]'s spare chunks back to the OS
+/// now, and returns how many bytes that released. Memory in use is never touched: pages holding
+/// pipe data, chunks with a live fragment, the chunk a cache is carving. A pipe in the middle of
+/// a write is skipped.
+///
+/// ```
+/// let mut cache = pagepipe::FragCache::with_chunk_size(4096);
+/// let a = cache.alloc(4096);
+/// let b = cache.alloc(4096); // moves to a second chunk while `a` lives
+/// drop(a); // a's chunk becomes a spare chunk
+/// assert!(pagepipe::shrink() >= 4096);
+/// assert_eq!(cache.stats().spare_chunks, 0);
+/// drop(b);
+/// ```
+pub fn shrink() -> usize {
+    #[cfg(not(loom))]
+    {
+        trim_all(true)
+    }
+    #[cfg(loom)]
+    {
+        0
+    }
+}
+
+/// Something holding spare memory that it can give back to the OS.
+#[cfg(not(loom))]
+pub(crate) trait Trim: Send + Sync {
+    /// Trims spare pages of an idle owner to its idle budget; `force` trims even when busy and
+    /// down to zero spare pages. Returns the bytes given back.
+    fn trim(&self, force: bool) -> usize;
+}
+
+/// Every live pipe in the process, so an idle trimmer and [`crate::shrink`] can reach them.
+#[cfg(not(loom))]
+pub(crate) struct Registry {
+    owners: Vec<Weak<dyn Trim>>,
+    /// The process whose trimmer thread runs (0: none yet). A forked child has no trimmer
+    /// thread (fork copies only the calling thread) until it registers a pipe of its own.
+    trimmer_pid: u32,
+}
+
+#[cfg(not(loom))]
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    owners: Vec::new(),
+    trimmer_pid: 0,
+});
+
+/// Wakes the trimmer when a pipe is registered; it sleeps on it while no pipe exists.
+#[cfg(not(loom))]
+static REGISTERED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// How often the idle trimmer looks at the registered pipes.
+#[cfg(not(loom))]
+pub(crate) const IDLE_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The registry, locked (also by the fork handlers, around `fork(2)`).
+#[cfg(not(loom))]
+pub(crate) fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers `owner` for idle trimming and starts this process's trimmer thread on first use.
+/// Callers install the fork handlers first ([`crate::fork::install`]): a fork must not copy the
+/// registry's lock held.
+#[cfg(not(loom))]
+pub(crate) fn register(owner: Weak<dyn Trim>) {
+    let mut reg = registry();
+    reg.owners.retain(|w| w.strong_count() > 0);
+    reg.owners.push(owner);
+    let pid = std::process::id();
+    if reg.trimmer_pid != pid {
+        // A failed spawn only means idle pipes keep their spare pages until the next read or
+        // shrink(); it is not worth failing pipe creation for.
+        let spawned = std::thread::Builder::new()
+            .name("pagepipe-trim".into())
+            .spawn(trimmer);
+        if spawned.is_ok() {
+            reg.trimmer_pid = pid;
+        }
+    }
+    drop(reg);
+    REGISTERED.notify_all();
+}
+
+/// The trimmer thread: every tick, trims idle pipes; sleeps while no pipe exists.
+#[cfg(not(loom))]
+fn trimmer() {
+    loop {
+        let reg = registry();
+        let reg = REGISTERED
+            .wait_while(reg, |r| {
+                r.owners.retain(|w| w.strong_count() > 0);
+                r.owners.is_empty()
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        drop(reg);
+        std::thread::sleep(IDLE_TICK);
+        trim_all(false);
+    }
+}
+
+/// Trims every registered pipe; returns the bytes given back.
+#[cfg(not(loom))]
+pub(crate) fn trim_all(force: bool) -> usize {
+    let live: Vec<Arc<dyn Trim>> = {
+        let mut reg = registry();
+        reg.owners.retain(|w| w.strong_count() > 0);
+        reg.owners.iter().filter_map(Weak::upgrade).collect()
+    };
+    live.iter().map(|p| p.trim(force)).sum()
+}

@@ -1,0 +1,156 @@
+//! Waiting for the other side, and waking it (seed 002's conditional wake-ups).
+//!
+//! - [`sleep_until`]: a blocked side spins briefly, then registers in the other side's index word
+//!   (see [`crate::ring`]), rechecks and sleeps on its futex, a tick at a time, so a dead peer
+//!   (who cannot wake anyone) is noticed at the next tick.
+//! - [`wake_if_waiting`]: the advancing side wakes sleepers only when the index RMW that
+//!   published (or consumed) returned the sleeper flag: an uncontended operation makes no
+//!   syscall.
+//! - [`Wakers`]: the same protocol for async tasks of this process.
+
+use crate::error::timed_out;
+use crate::lock::TICK;
+use crate::ring::WAITING;
+use crate::sync::{AtomicU64, Futex, Ordering};
+use std::io;
+use std::time::Instant;
+
+/// Async tasks of this process waiting for one transition of one pipe (data arriving, room
+/// appearing): the in-process half of the adapters' wake-up. A side that makes the transition
+/// in this process wakes them directly, with no system call and no trip through the reactor;
+/// one in another process cannot, and charges the signal pipe the task's descriptor watches
+/// (see `End::sync`), so the adapters wait for both.
+///
+/// Protocol (a store-load pair on each side): a waiter registers its waker, sets `waiting`
+/// (SeqCst) and issues a SeqCst fence, then rechecks the ring; an advancer publishes with its
+/// SeqCst index RMW, then loads `waiting` (SeqCst). In the single total order either the
+/// recheck sees the advance or the load sees the flag. Waking takes every registered waker and
+/// clears the flag under the list's lock, so a registration is consumed by exactly one wake.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    /// Some waker is registered (a hint read on every advance: only waiters write it).
+    waiting: crate::sync::AtomicBool,
+    list: crate::sync::Mutex<Vec<std::task::Waker>>,
+}
+
+impl Wakers {
+    /// Registers `waker` (once, however often the same task registers) and raises the flag.
+    /// The caller rechecks the ring afterwards.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.iter().any(|w| w.will_wake(waker)) {
+            list.push(waker.clone());
+        }
+        // SeqCst: the store half of the waiter's store-load pair (see the type's docs).
+        self.waiting.store(true, Ordering::SeqCst);
+        // SeqCst fence: the caller's recheck loads the indices with Acquire only; after this
+        // fence it sees any SeqCst advance that precedes the fence in the total order, and an
+        // advance that follows it follows our store too, so its load of `waiting` sees it
+        // (loom found the lost wake-up without it).
+        crate::sync::fence(Ordering::SeqCst);
+    }
+
+    /// Wakes every registered task, if any. Called after the advance it announces: inlined,
+    /// so that a pipe nobody waits on pays one load and a branch per transition.
+    #[inline(always)]
+    pub(crate) fn wake(&self) {
+        // loom treats SeqCst accesses as AcqRel (its documented limitation), so it cannot see
+        // the order between the advance's SeqCst RMW and this SeqCst load that the memory
+        // model guarantees (and that x86's locked RMW, a full barrier, gives for free); this
+        // fence stands in for it in the model only.
+        #[cfg(loom)]
+        crate::sync::fence(Ordering::SeqCst);
+        // SeqCst: the load half of the advancer's store-load pair (see the type's docs).
+        if self.waiting.load(Ordering::SeqCst) {
+            self.wake_all();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_all(&self) {
+        let list = {
+            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            self.waiting.store(false, Ordering::Relaxed); // under the lock
+            std::mem::take(&mut *list)
+        };
+        for w in list {
+            w.wake();
+        }
+    }
+}
+/// Blocks until `ready(force)`: spins briefly, then registers as a sleeper in the other side's
+/// index `word` (head for readers, tail for writers), rechecks and sleeps on `futex`, a tick at a
+/// time; after a tick that nobody ended, rechecks with `force` (peers may have died).
+pub(crate) fn sleep_until(
+    word: &AtomicU64,
+    futex: &Futex,
+    ready: impl Fn(bool) -> bool,
+    deadline: Option<Instant>,
+) -> io::Result<()> {
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(timed_out()); // also bounds a caller that keeps finding nothing to do
+    }
+    // After spinning, ask the kernel once before sleeping: a peer killed meanwhile bumped no
+    // counter, and a sleeper should not wait a tick to see it gone.
+    if spin_until(|| ready(false)) || ready(true) {
+        return Ok(());
+    }
+    loop {
+        let seq = futex.seq();
+        // Acquire: pairs with the Release fetch_add that advances `word`; the RMW puts our
+        // registration in its modification order, before or after that advance, so either the
+        // recheck below sees the advance or the advancer sees our flag and wakes us.
+        word.fetch_or(WAITING, Ordering::Acquire);
+        if ready(false) {
+            return Ok(());
+        }
+        let mut tick = TICK;
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d {
+                return Err(timed_out());
+            }
+            tick = tick.min(d - now);
+        }
+        if !futex.wait(seq, Some(tick)) && ready(true) {
+            return Ok(());
+        }
+    }
+}
+
+/// After an RMW on an index `word` returned `old`: wakes every sleeper registered in it.
+pub(crate) fn wake_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
+    if old & WAITING != 0 {
+        // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
+        // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT fails
+        // or is woken by this wake_all: correct because we wake all, never one.
+        word.fetch_and(!WAITING, Ordering::Relaxed);
+        futex.wake_all();
+    }
+}
+/// Spins (bounded) until `ready`; false if it never became true. Under loom, never spins:
+/// the model explores the sleeping path, where lost wakeups would hide.
+#[cfg(loom)]
+fn spin_until(_ready: impl Fn() -> bool) -> bool {
+    false
+}
+
+/// Spins (bounded) until `ready`; false if it never became true.
+#[cfg(not(loom))]
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    /// Spin iterations before a side registers and sleeps.
+    const SPIN_LIMIT: u32 = 1 << 12;
+    for i in 0..SPIN_LIMIT {
+        if ready() {
+            return true;
+        }
+        if i % 256 == 255 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    false
+}
