@@ -29,7 +29,6 @@
 // cross-process halves are unused there.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
-pub mod dontcache;
 mod frag;
 mod lock;
 mod pipe;

@@ -37,7 +37,7 @@
 //!
 //! ```
 //! use std::io::Write;
-//! use pagepipe::dontcache::{Mode, Writer};
+//! use pagepipe_dontcache::{Mode, Writer};
 //!
 //! let path = std::env::temp_dir().join(format!("dontcache-doc-{}", std::process::id()));
 //! let mut w = Writer::create(&path)?;
@@ -57,8 +57,10 @@
 //! and [`Writer::finish`] (it stays: every later call fails too). Dropping a writer without
 //! [`Writer::finish`] writes its data out and drops it from the cache on a best-effort basis,
 //! ignoring errors, like dropping a [`File`].
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
-use crate::sys::{self, fs::RangeSync};
+use pagepipe_sys::{self as sys, fs::RangeSync};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -1272,11 +1274,11 @@ impl Flusher {
 // ---------------------------------------------------------------------------------------------
 
 /// A file writer that leaves no page cache behind: [`io::Write`] + [`io::Seek`] and positional
-/// [`Writer::write_at`]. See the [module docs](self) for how.
+/// [`Writer::write_at`]. See the [crate docs](crate) for how.
 ///
 /// ```
 /// use std::io::{Seek, SeekFrom, Write};
-/// use pagepipe::dontcache::{Mode, Writer};
+/// use pagepipe_dontcache::{Mode, Writer};
 ///
 /// let path = std::env::temp_dir().join(format!("dontcache-writer-doc-{}", std::process::id()));
 /// let file = std::fs::File::create(&path)?;
@@ -1379,7 +1381,7 @@ impl Writer {
     /// often dirty pages are sampled for [`Stats::peak_dirty_bytes`]). Values below
     /// [`MIN_WINDOW`] are raised to it. Default [`DEFAULT_WINDOW`]. While another process's
     /// writeback floods the system the writer may hold up to three more windows, as far as the
-    /// process-wide [`MAX_OVERDRAFT`] allows (see the [module docs](self)).
+    /// process-wide [`MAX_OVERDRAFT`] allows (see the [crate docs](crate)).
     pub fn with_window(self, bytes: usize) -> Writer {
         let window = bytes.max(MIN_WINDOW) as u64;
         self.shared.window.store(window, Ordering::Relaxed);
@@ -1432,7 +1434,7 @@ impl Writer {
     ///
     /// ```
     /// use std::io::Write;
-    /// use pagepipe::dontcache::Writer;
+    /// use pagepipe_dontcache::Writer;
     ///
     /// let path = std::env::temp_dir().join(format!("dontcache-prealloc-{}", std::process::id()));
     /// let mut w = Writer::create(&path)?;
@@ -1786,7 +1788,7 @@ impl Drop for Writer {
 ///
 /// ```
 /// use std::io::Read;
-/// use pagepipe::dontcache::Reader;
+/// use pagepipe_dontcache::Reader;
 ///
 /// let path = std::env::temp_dir().join(format!("dontcache-reader-doc-{}", std::process::id()));
 /// std::fs::write(&path, vec![3u8; 100_000])?;
@@ -1953,8 +1955,8 @@ fn seek_target(file: &File, cur: u64, pos: SeekFrom) -> io::Result<u64> {
 /// std::fs::write(&path, vec![1u8; 1 << 20])?;
 /// let file = std::fs::File::open(&path)?;
 /// file.sync_all()?;
-/// pagepipe::dontcache::drop_cache(&file)?;
-/// assert!(pagepipe::dontcache::cached_bytes(&file)? < 1 << 20);
+/// pagepipe_dontcache::drop_cache(&file)?;
+/// assert!(pagepipe_dontcache::cached_bytes(&file)? < 1 << 20);
 /// std::fs::remove_file(&path)?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
