@@ -9,7 +9,7 @@
 
 use crate::common::{Histogram, MemoryHog, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, MIN_RUNS};
-use pagepipe::dontcache::{self, Mode, Writer};
+use pagepipe_dontcache::{self as dontcache, Mode, Writer};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -107,9 +107,9 @@ enum WMode {
     Direct,
     /// pwritev2(2) with RWF_DONTCACHE, fsync at the end.
     Kernel,
-    /// pagepipe::dontcache::Writer in Mode::Auto, finish() at the end.
+    /// pagepipe_dontcache::Writer in Mode::Auto, finish() at the end.
     Auto,
-    /// pagepipe::dontcache::Writer in Mode::Fallback, finish() at the end.
+    /// pagepipe_dontcache::Writer in Mode::Fallback, finish() at the end.
     Fallback,
 }
 

@@ -3,7 +3,7 @@
 use crate::cleanup::Temp;
 use crate::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagepipe::dontcache::{self, Mode, Reader, Writer};
+use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File, Metadata, Permissions};

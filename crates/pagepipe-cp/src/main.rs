@@ -1,5 +1,5 @@
 //! `pagepipe-cp`: copies files, directory trees or stdin like `cp`, through
-//! `pagepipe::dontcache`, so that neither the source nor the copy stays in the page cache.
+//! `pagepipe_dontcache`, so that neither the source nor the copy stays in the page cache.
 //!
 //! ```text
 //! pagepipe-cp [OPTIONS] SRC... DST
@@ -18,11 +18,11 @@ mod cleanup;
 mod copy;
 
 use clap::Parser;
-use pagepipe::dontcache::Mode;
+use pagepipe_dontcache::Mode;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Copy files without filling the page cache (pagepipe::dontcache).
+/// Copy files without filling the page cache (pagepipe-dontcache).
 #[derive(Parser, Debug)]
 #[command(name = "pagepipe-cp", version, about, long_about = None)]
 pub struct Args {

@@ -2,7 +2,7 @@
 //! conventions, ENOSPC on a small filesystem, and interrupted copies (SIGKILL, SIGINT, a source
 //! truncated mid-copy) that leave no complete-looking destination.
 
-#[path = "../../pagepipe/tests/support/smallfs.rs"]
+#[path = "../../pagepipe-dontcache/tests/support/smallfs.rs"]
 mod smallfs;
 
 use smallfs::SmallFs;

@@ -1,5 +1,5 @@
 //! A small filesystem mounted for one test (tmpfs, or a loop-mounted ext4 image), shared by the
-//! dontcache tests of `pagepipe` and `pagepipe-cp` (`#[path]`-included: not a test of its own).
+//! tests of `pagepipe-dontcache` and `pagepipe-cp` (`#[path]`-included: not a test of its own).
 //! Mounting needs root; where it is forbidden the constructors say why, and the tests skip.
 
 use std::fs::File;

@@ -1,12 +1,12 @@
 //! A fallback dontcache writer in a forked child: fork copies only the calling thread, so the
 //! child must start a flusher of its own instead of waiting forever for its window to drain.
 
-use pagepipe::dontcache::{Mode, Writer, MIN_WINDOW};
+use pagepipe_dontcache::{Mode, Writer, MIN_WINDOW};
 use std::fs::File;
 use std::io::Write;
 use std::time::Duration;
 
-#[path = "support/children.rs"]
+#[path = "../../pagepipe/tests/support/children.rs"]
 mod children;
 
 #[test]

@@ -1,7 +1,7 @@
 //! The dontcache writer: data reads back identical in every mode, nothing stays cached, the
 //! window holds, errors (ENOSPC on a small filesystem) reach the caller.
 
-use pagepipe::dontcache::{self, Mode, Reader, Writer, MIN_WINDOW};
+use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer, MIN_WINDOW};
 use proptest::prelude::*;
 #[path = "support/smallfs.rs"]
 mod smallfs;

@@ -1,0 +1,76 @@
+//! Page-cache inspection: how much of a file is cached, dropping a file's clean pages, and
+//! reserving a file's blocks.
+
+use crate::consts::PAGE;
+use pagepipe_sys as sys;
+use std::fs::File;
+use std::io;
+
+/// How many bytes of `file` are in the page cache now: `cachestat(2)` where the kernel has it
+/// (Linux 6.5), else `mincore(2)` on a read-only mapping of the file.
+///
+/// ```
+/// let path = std::env::temp_dir().join(format!("dontcache-cached-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 1 << 20])?;
+/// let file = std::fs::File::open(&path)?;
+/// file.sync_all()?;
+/// pagepipe_dontcache::drop_cache(&file)?;
+/// assert!(pagepipe_dontcache::cached_bytes(&file)? < 1 << 20);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// The OS's error from `cachestat` (other than `ENOSYS`), `fstat`, `mmap` or `mincore`.
+pub fn cached_bytes(file: &File) -> io::Result<u64> {
+    cached_bytes_in(file, 0..u64::MAX)
+}
+
+/// How many bytes of the pages of `range` of `file` are in the page cache now (see
+/// [`cached_bytes`]). The range is clipped to the file's size where `mincore` is used.
+///
+/// # Errors
+/// As [`cached_bytes`].
+pub fn cached_bytes_in(file: &File, range: std::ops::Range<u64>) -> io::Result<u64> {
+    let start = range.start & !(PAGE - 1);
+    let len = if range.end == u64::MAX {
+        0
+    } else {
+        range.end.saturating_sub(start)
+    };
+    match sys::fs::cachestat(file, start, len) {
+        Ok(cs) => Ok(cs.nr_cache * PAGE),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let size = file.metadata()?.len();
+            let end = range.end.min(size);
+            let total = sys::fs::file_resident_pages(file, end)?;
+            let before = sys::fs::file_resident_pages(file, start.min(end))?;
+            Ok((total - before) * PAGE)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops `file`'s clean pages from the page cache (`posix_fadvise(2)`, `POSIX_FADV_DONTNEED` on
+/// the whole file). Dirty pages stay: sync first. Meant for files you own (benchmarks drop their
+/// own files between runs this way, never the whole machine's cache).
+///
+/// # Errors
+/// The OS's error, e.g. `ESPIPE` for a pipe.
+pub fn drop_cache(file: &File) -> io::Result<()> {
+    sys::fs::fadvise_dontneed(file, 0, 0)
+}
+
+/// Reserves disk blocks for `file`'s first `len` bytes without changing its size (`fallocate(2)`
+/// with `FALLOC_FL_KEEP_SIZE`); `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`). What
+/// [`Writer::preallocate`] does, for files written some other way (benchmarks reserve every
+/// mode's file alike with it). The reserved blocks past the end stay until the file is truncated.
+///
+/// # Errors
+/// The OS's error: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes,
+/// [`io::ErrorKind::FileTooLarge`] past its largest file.
+///
+/// [`Writer::preallocate`]: crate::Writer::preallocate
+pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
+    sys::fs::fallocate_keep_size(file, len)
+}

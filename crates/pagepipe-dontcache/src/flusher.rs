@@ -1,0 +1,1139 @@
+//! The process-wide flusher, and what each fallback writer shares with it ([`Shared`]): the
+//! writer records its dirty ranges there, the submitter thread starts their writeback, the reaper
+//! thread drops what completed. The two refer to each other (a writer's [`Shared`] updates
+//! [`FLUSHER`]'s counters and kicks its threads; [`FLUSHER`] keeps the writers' [`Shared`] and
+//! works on them), so they live in one file.
+
+use crate::consts::{
+    DEFAULT_WINDOW, FLUSHER_POLL, FLUSHER_TICK, FOREIGN_CHECK, MAX_FOLIO, MAX_OVERDRAFT,
+    MAX_PASSES, SCAN_LIMIT, YIELD_OFF, YIELD_ON,
+};
+use crate::dirty::{coalesce, Inflight, LiveFd, Pending, Range};
+use pagepipe_sys::{self as sys, fs::RangeSync};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
+use std::time::Duration;
+
+/// Locks a mutex, taking over the data of one whose holder panicked: every critical section in
+/// this crate leaves its data consistent between statements, and Drop must never panic.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A sticky error: the first writeback or sync failure of a writer.
+struct StoredError {
+    kind: io::ErrorKind,
+    message: String,
+}
+
+/// What a fallback writer shares with the flusher threads.
+pub(crate) struct Shared {
+    /// The writer's file descriptor. The writer owns the `File` and closes it in its own thread
+    /// (so a filesystem can be unmounted once the writer is gone); the flusher may use this
+    /// number only while holding `inflight` and seeing `closed == false`, or holding `starting`
+    /// and seeing false (see [`LiveFd`]).
+    fd: RawFd,
+    /// The writer's window in bytes (Relaxed: a tuning value; stale reads are harmless).
+    pub(crate) window: AtomicU64,
+    pending: Mutex<Pending>,
+    /// Held by the submitting flusher thread while it starts this writer's writeback, and by sync
+    /// and drop (taken before `inflight`, never after it); true once the writer has closed (or
+    /// is closing) its file.
+    pub(crate) starting: Mutex<bool>,
+    /// Held by the reaping flusher thread while it drops this writer's completed ranges, briefly
+    /// by the submitting thread to queue a started range, and by sync and drop.
+    pub(crate) inflight: Mutex<Inflight>,
+    /// Bytes written and not yet dropped from the cache (sum of `charged` of every range in
+    /// `pending` and `inflight`, plus a write being recorded and ranges the submitter is
+    /// starting). Every change is mirrored in
+    /// [`Flusher::total_dirty`].
+    dirty: AtomicU64,
+    /// The overdraft this writer holds from [`MAX_OVERDRAFT`] (bytes it may hold beyond its
+    /// window; 0 when it holds none). Written by the writer's thread only (Relaxed: the writer
+    /// reads its own writes; the submitter reads it as a hint for which writers to defer).
+    pub(crate) grant: AtomicU64,
+    /// Bytes of this writer's ranges queued in `inflight` (started, not yet dropped); its part of
+    /// [`Flusher::inflight_bytes`], and moved with it ([`Shared::count_started`],
+    /// [`Shared::count_dropped`]). Relaxed: a heuristic (see [`Shared::hold_back`]).
+    started: AtomicU64,
+    /// Fast check for `error`.
+    pub(crate) failed: AtomicBool,
+    error: Mutex<Option<StoredError>>,
+}
+
+/// What [`Shared::start_pending`] did.
+#[derive(Clone, Copy, Debug, Default)]
+struct Started {
+    /// It started writeback of something.
+    any: bool,
+    /// It held something back (see [`Shared::hold_back`]): look again soon.
+    held: bool,
+}
+
+/// What the reaper found when it looked at a writer's ranges in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Completion {
+    /// The range was written back and dropped.
+    Dropped,
+    /// Its writeback is still running (or the writer is busy draining itself).
+    Busy,
+    /// Nothing in flight.
+    Idle,
+}
+
+impl Shared {
+    pub(crate) fn new(fd: RawFd) -> Shared {
+        Shared {
+            fd,
+            window: AtomicU64::new(DEFAULT_WINDOW as u64),
+            pending: Mutex::new(Pending::default()),
+            starting: Mutex::new(false),
+            inflight: Mutex::new(Inflight::default()),
+            dirty: AtomicU64::new(0),
+            grant: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// The writer's fd for use while the caller holds the `inflight` guard it passes; `None`
+    /// once the writer has closed (or is closing) its file.
+    fn live_fd(&self, inflight: &Inflight) -> Option<LiveFd> {
+        (!inflight.closed).then_some(LiveFd(self.fd))
+    }
+
+    /// Keeps the first error; later ones add nothing (the first is the cause).
+    pub(crate) fn set_error(&self, e: &io::Error, what: String) {
+        let mut slot = lock(&self.error);
+        if slot.is_none() {
+            *slot = Some(StoredError {
+                kind: e.kind(),
+                message: format!("{what}: {e}"),
+            });
+        }
+        drop(slot);
+        // Release: pairs with the Acquire load in check_error, which then finds `error` set.
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn check_error(&self) -> io::Result<()> {
+        // Acquire: pairs with the Release store in set_error.
+        if !self.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match &*lock(&self.error) {
+            Some(e) => Err(io::Error::new(e.kind, e.message.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a write of `len > 0` bytes at `offset`; returns the dirty bytes now in flight and
+    /// whether the flusher should be kicked (a batch has accumulated).
+    pub(crate) fn record(&self, offset: u64, len: u64) -> (u64, bool) {
+        let range = Range::of_write(offset, len);
+        let batch = kick_batch(self.window.load(Ordering::Relaxed));
+        // Relaxed: counters; the wait for room (Writer::wait_for_room) orders its own loads, and
+        // an increase never lets a waiter go.
+        let old = self.dirty.fetch_add(len, Ordering::Relaxed);
+        if old == 0 {
+            // This writer's range is recorded below, after this increment, so the flusher's
+            // matching decrement (in drop_range, when the count returns to 0) comes after it.
+            FLUSHER.active.fetch_add(1, Ordering::Relaxed);
+        }
+        FLUSHER.total_dirty.fetch_add(len, Ordering::Relaxed);
+        let mut p = lock(&self.pending);
+        if !p
+            .ranges
+            .last_mut()
+            .is_some_and(|last| last.try_merge(&range))
+        {
+            p.ranges.push(range);
+        }
+        p.unkicked += len;
+        let kick = p.unkicked >= batch;
+        if kick {
+            p.unkicked = 0;
+        }
+        (old + len, kick)
+    }
+
+    /// Whether this writer must wait before writing more: over its window plus the overdraft it
+    /// holds.
+    pub(crate) fn over_limit(&self) -> bool {
+        // SeqCst: the load half of the handshake with drop_range (see there). Relaxed for the
+        // window and grant: this writer's own settings, written on its own thread.
+        self.dirty.load(Ordering::SeqCst) > self.limit()
+    }
+
+    /// The hard bound on this writer's dirty bytes: its window plus the overdraft it holds.
+    fn limit(&self) -> u64 {
+        // Relaxed: see the fields.
+        self.window.load(Ordering::Relaxed) + self.grant.load(Ordering::Relaxed)
+    }
+
+    /// Whether the submitter should leave this writer's new ranges unstarted for now: it yields
+    /// to another process's writeback, the writer holds an overdraft or will take one with its
+    /// next write (the budget has some left), and it is more than a quarter window short of its
+    /// limit (its window plus the overdraft it holds). Starting writeback then would queue
+    /// behind the other process's and allocate blocks (ext4's delayed allocation) while holding
+    /// the inode's `i_data_sem`, which the writer's own `pwrite` needs: measured, `pwrite`s of
+    /// 20-100 ms. Close to its limit a writer's writeback starts anyway, so that a writer waiting
+    /// at its window (which takes no overdraft while it waits) or at its overdraft's end always
+    /// gets room in the end.
+    fn deferred(&self, yielding: bool) -> bool {
+        if !yielding {
+            return false;
+        }
+        // Relaxed: hints; a stale value defers a range for one more round or starts it early.
+        let may_overdraw = self.grant.load(Ordering::Relaxed) > 0 || overdraft_left() >= MAX_FOLIO;
+        let quarter = self.window.load(Ordering::Relaxed) / 4;
+        may_overdraw && self.dirty.load(Ordering::Relaxed) + quarter < self.limit()
+    }
+
+    /// Takes the pending ranges, coalesced, cut at multiples of [`MAX_FOLIO`]: writeback is
+    /// started, completed and dropped a piece at a time, so a waiting writer resumes after one
+    /// piece rather than after everything it wrote since the flusher last looked.
+    fn take_pending(&self) -> Vec<Range> {
+        let mut p = lock(&self.pending);
+        p.unkicked = 0;
+        let ranges = std::mem::take(&mut p.ranges);
+        drop(p);
+        coalesce(ranges)
+            .into_iter()
+            .flat_map(|r| r.split(MAX_FOLIO))
+            .collect()
+    }
+
+    /// The `inflight` guard if the flusher may work on this writer now: `None` while sync or drop
+    /// drains it on the writer's thread, or once the writer has closed its file.
+    fn try_inflight(&self) -> Option<(MutexGuard<'_, Inflight>, LiveFd)> {
+        let guard = match self.inflight.try_lock() {
+            Ok(guard) => guard,
+            // Taken over like every lock here (see `lock`): a panic elsewhere must not stall
+            // a writer waiting for room.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let fd = self.live_fd(&guard)?;
+        Some((guard, fd))
+    }
+
+    /// Starts writeback (`SYNC_FILE_RANGE_WRITE`) of everything this writer recorded since the
+    /// flusher last looked, and queues each range for the reaper once started; returns whether
+    /// there was anything. Runs on the submitting thread, which may block here for tens of
+    /// milliseconds (the block layer's writeback throttling, `wbt`, holds back a submitter
+    /// when the device's queue is deep): the reaper goes on dropping completed ranges meanwhile,
+    /// so writers waiting for room are not held up by a submission.
+    fn start_pending(&self) -> Started {
+        let starting = match self.starting.try_lock() {
+            Ok(guard) => guard,
+            // Taken over like every lock here (see `lock`).
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            // sync or drop is draining this writer on its own thread.
+            Err(TryLockError::WouldBlock) => return Started::default(),
+        };
+        if *starting {
+            return Started::default();
+        }
+        let fd = LiveFd(self.fd);
+        let mut fresh = self.take_pending();
+        let held = self.hold_back(&mut fresh);
+        for &r in &fresh {
+            self.start(fd, r);
+            self.count_started(r.len());
+            lock(&self.inflight).ranges.push_back(r);
+            FLUSHER.kick_reaper();
+        }
+        drop(starting);
+        Started {
+            any: !fresh.is_empty(),
+            held,
+        }
+    }
+
+    /// Counts `bytes` of this writer's ranges as queued in `inflight`, here and process-wide.
+    fn count_started(&self, bytes: u64) {
+        // Relaxed: heuristic counts (see Flusher::inflight_bytes, Shared::started).
+        FLUSHER.inflight_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.started.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Undoes [`Shared::count_started`] for `bytes` dropped from `inflight`.
+    fn count_dropped(&self, bytes: u64) {
+        // Relaxed: as in count_started.
+        FLUSHER.inflight_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.started.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Leaves in `fresh` what may be started now and puts the rest back in `pending`; returns
+    /// whether it put anything back. A writer draining the backlog of an overdraft (it holds
+    /// one, and the submitter no longer yields) has at most half a window in flight at once:
+    /// measured, its whole backlog (50-100 MiB) started at once made the block allocation of
+    /// the last ranges read bitmaps queued behind the first ones while holding `i_data_sem`,
+    /// and the writer's `pwrite` waited 20 ms for it.
+    fn hold_back(&self, fresh: &mut Vec<Range>) -> bool {
+        // Relaxed: hints (see the fields).
+        let backlog =
+            self.grant.load(Ordering::Relaxed) > 0 && !FLUSHER.yielding.load(Ordering::Relaxed);
+        if !backlog {
+            return false;
+        }
+        let cap = self.window.load(Ordering::Relaxed) / 2;
+        let mut room = cap.saturating_sub(self.started.load(Ordering::Relaxed));
+        let keep = fresh
+            .iter()
+            .take_while(|r| {
+                let fits = room > 0;
+                room = room.saturating_sub(r.len());
+                fits
+            })
+            .count();
+        let rest = fresh.split_off(keep);
+        if rest.is_empty() {
+            return false;
+        }
+        lock(&self.pending).ranges.splice(0..0, rest);
+        true
+    }
+
+    fn start(&self, fd: LiveFd, r: Range) {
+        if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
+            self.set_error(
+                &e,
+                format!("starting writeback of bytes {}..{}", r.start, r.end),
+            );
+        }
+    }
+
+    /// Drops the ranges in flight whose writeback has completed, looking at the oldest
+    /// [`SCAN_LIMIT`] of them, in any order: the block layer's elevator completes writes in disk
+    /// order, not in the order they were started, and a writer waiting for room must get it
+    /// back as soon as any of its writeback is done (measured: with random 64 KiB writes the
+    /// oldest range sometimes completed last, after the whole window, and the writer waited
+    /// up to 800 ms for it). Never waits for a writeback still running (where `cachestat(2)`
+    /// can tell): one writer's slow range must not hold up the others' completions, and the
+    /// writer may still be dirtying its pages. A range found dirty and not under writeback
+    /// (rewritten after its writeback started) has its writeback started again. Without
+    /// `cachestat` (Linux < 6.5) it waits for the oldest range, one per call.
+    fn complete_some(&self) -> Completion {
+        let Some((mut inflight, fd)) = self.try_inflight() else {
+            return Completion::Busy;
+        };
+        if inflight.ranges.is_empty() {
+            return Completion::Idle;
+        }
+        let mut dropped = false;
+        let mut busy = false;
+        let mut i = 0;
+        let mut scanned = 0;
+        while i < inflight.ranges.len() && scanned < SCAN_LIMIT {
+            let r = inflight.ranges[i];
+            scanned += 1;
+            match sys::fs::cachestat(&fd, r.start, r.len()) {
+                Ok(cs) if cs.nr_writeback > 0 => {
+                    busy = true;
+                    i += 1;
+                    continue;
+                }
+                Ok(cs) if cs.nr_dirty > 0 => {
+                    self.start(fd, r);
+                    busy = true;
+                    i += 1;
+                    continue;
+                }
+                Ok(_) => {}
+                // No cachestat (Linux < 6.5): the wait below blocks until the oldest range is
+                // written back; one range per call, so that new data is started in between.
+                Err(_) if i == 0 => scanned = SCAN_LIMIT,
+                Err(_) => break,
+            }
+            inflight.ranges.remove(i);
+            // Written back already, this returns at once, with the writeback's error if it failed.
+            if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+                self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+            }
+            self.drop_range(fd, r);
+            dropped = true;
+        }
+        if dropped {
+            Completion::Dropped
+        } else if busy || !inflight.ranges.is_empty() {
+            Completion::Busy
+        } else {
+            Completion::Idle
+        }
+    }
+
+    /// Drops a written-back range from the cache and from the dirty counts; wakes the writers
+    /// that wait for room.
+    fn drop_range(&self, fd: LiveFd, r: Range) {
+        // Fails only for a bad fd or a non-regular file, both excluded when the writer was made;
+        // a failure would leave pages cached, never lose data.
+        let _ = sys::fs::fadvise_dontneed(&fd, r.start, r.len());
+        // SeqCst: with the SeqCst increment of `waiters` in Writer::wait_for_room and the SeqCst
+        // load of `dirty` in over_limit, and the SeqCst load of `waiters` below, this is a
+        // store-load (Dekker) handshake: either the writer sees the new count or we see it
+        // waiting.
+        let old = self.dirty.fetch_sub(r.charged, Ordering::SeqCst);
+        if old == r.charged {
+            // Relaxed: a heuristic count (see Writer::pace); paired with the increment in record.
+            FLUSHER.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        // Relaxed: heuristics (Writer::pace, Bandwidth::saturated).
+        FLUSHER.total_dirty.fetch_sub(r.charged, Ordering::Relaxed);
+        // Relaxed: a statistic (see Bandwidth).
+        FLUSHER.dropped.fetch_add(r.len(), Ordering::Relaxed);
+        self.count_dropped(r.len());
+        // Release: pairs with the Acquire load of `progress` in wait_for_room (and the futex).
+        FLUSHER.progress.fetch_add(1, Ordering::Release);
+        // SeqCst: the other half of the handshake described above.
+        if FLUSHER.waiters.load(Ordering::SeqCst) > 0 {
+            sys::futex::wake_all(&FLUSHER.progress);
+        }
+    }
+
+    /// Writes out and drops everything this writer dirtied, on the caller's thread. With
+    /// `fdatasync`, also waits for the file's data and size to be durable.
+    pub(crate) fn drain(&self, file: &File, fdatasync: bool) -> io::Result<()> {
+        // `starting` first: a submission in progress finishes and queues its ranges before this
+        // drain looks at them.
+        let _starting = lock(&self.starting);
+        let mut inflight = lock(&self.inflight);
+        let fd = LiveFd(file.as_raw_fd());
+        let fresh = self.take_pending();
+        self.count_started(fresh.iter().map(Range::len).sum());
+        inflight.ranges.extend(fresh);
+        let synced = if fdatasync { file.sync_data() } else { Ok(()) };
+        while let Some(r) = inflight.ranges.pop_front() {
+            if !fdatasync {
+                if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
+                    self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+                }
+            }
+            self.drop_range(fd, r);
+        }
+        if let Err(e) = &synced {
+            self.set_error(e, "fdatasync".to_string());
+        }
+        synced
+    }
+}
+
+/// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
+/// to a power of two, at least 64 KiB, at most 2 MiB.
+fn kick_batch(window: u64) -> u64 {
+    let b = (window / 16).clamp(64 << 10, 2 << 20);
+    1 << (63 - b.leading_zeros())
+}
+
+/// One flusher for every fallback writer of the process, as the kernel has one per device, in
+/// two threads: the submitter ([`Flusher::submit`]) and the reaper ([`Flusher::reap`]).
+pub(crate) struct Flusher {
+    /// Coalescing kick flag and futex word: 1 when work was announced since the flusher last
+    /// looked. Writers set it; only a 0 -> 1 transition wakes the thread.
+    kick: AtomicU32,
+    /// The reaper's kick flag and futex word: 1 when a range was queued since it last looked.
+    reap: AtomicU32,
+    writers: Mutex<Vec<Weak<Shared>>>,
+    /// Futex word: bumped each time a range is dropped. Writers waiting for room in their window
+    /// sleep on it (one word for all: a wake-up may be another writer's, and is rechecked).
+    pub(crate) progress: AtomicU32,
+    /// How many writers are (about to be) asleep on `progress`.
+    pub(crate) waiters: AtomicU32,
+    /// The sum of every fallback writer's `Shared::dirty` (paced against [`SHARED_WINDOW`]; tells
+    /// [`Bandwidth`] whether writeback was kept busy).
+    ///
+    /// [`SHARED_WINDOW`]: crate::SHARED_WINDOW
+    pub(crate) total_dirty: AtomicU64,
+    /// How many fallback writers have a non-zero `Shared::dirty`: the writers that share the
+    /// measured bandwidth (see `Writer::pace`).
+    pub(crate) active: AtomicU64,
+    /// Bytes dropped after writeback, ever (the flusher's bandwidth is measured from it).
+    dropped: AtomicU64,
+    /// The measured writeback bandwidth in bytes per second (0 until measured; see
+    /// [`Bandwidth`]). Writers pace themselves by it (see `Writer::pace`).
+    pub(crate) bandwidth: AtomicU64,
+    /// Bytes of the ranges queued for the reaper (started, not yet dropped): this process's part
+    /// of the system's writeback (see [`Foreign`]).
+    inflight_bytes: AtomicU64,
+    /// True while another process's writeback floods the system (see [`Foreign`]): the submitter
+    /// defers writers that hold an overdraft, and they write on into the page cache at a pace
+    /// that makes the overdraft last ([`YIELD_SPAN`]).
+    ///
+    /// [`YIELD_SPAN`]: crate::consts::YIELD_SPAN
+    pub(crate) yielding: AtomicBool,
+    /// The overdraft granted to writers, in bytes (at most [`MAX_OVERDRAFT`]).
+    overdraft: AtomicU64,
+}
+
+pub(crate) static FLUSHER: Flusher = Flusher {
+    kick: AtomicU32::new(0),
+    reap: AtomicU32::new(0),
+    writers: Mutex::new(Vec::new()),
+    progress: AtomicU32::new(0),
+    waiters: AtomicU32::new(0),
+    total_dirty: AtomicU64::new(0),
+    active: AtomicU64::new(0),
+    dropped: AtomicU64::new(0),
+    bandwidth: AtomicU64::new(0),
+    inflight_bytes: AtomicU64::new(0),
+    yielding: AtomicBool::new(false),
+    overdraft: AtomicU64::new(0),
+};
+
+/// Takes up to `want` bytes of overdraft from [`MAX_OVERDRAFT`]; returns how much (0 when less
+/// than a piece, [`MAX_FOLIO`], is left).
+pub(crate) fn take_overdraft(want: u64) -> u64 {
+    let mut granted = 0;
+    // Relaxed: a budget counter; the compare-exchange alone keeps the sum within the budget, and
+    // nothing else is published through it.
+    let _ = FLUSHER
+        .overdraft
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            granted = grant_from(used, want);
+            (granted > 0).then_some(used + granted)
+        });
+    granted
+}
+
+/// How much of `want` a writer gets when `used` bytes of [`MAX_OVERDRAFT`] are granted already:
+/// what is left, up to `want`, or nothing when that is less than a piece ([`MAX_FOLIO`]).
+fn grant_from(used: u64, want: u64) -> u64 {
+    let g = want.min((MAX_OVERDRAFT as u64).saturating_sub(used));
+    if g < MAX_FOLIO {
+        0
+    } else {
+        g
+    }
+}
+
+/// The overdraft not granted yet, in bytes.
+fn overdraft_left() -> u64 {
+    // Relaxed: see take_overdraft.
+    (MAX_OVERDRAFT as u64).saturating_sub(FLUSHER.overdraft.load(Ordering::Relaxed))
+}
+
+/// Returns overdraft taken with [`take_overdraft`].
+pub(crate) fn give_back_overdraft(bytes: u64) {
+    if bytes > 0 {
+        // Relaxed: see take_overdraft.
+        FLUSHER.overdraft.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The submitter's view of other processes' writeback: `Writeback:` of `/proc/meminfo` (every
+/// page under writeback in the system) less what this process has in flight, read at most every
+/// [`FOREIGN_CHECK`], published in [`Flusher::yielding`] with hysteresis ([`YIELD_ON`],
+/// [`YIELD_OFF`]). Measured on the development VM (competing writes): when the buffered
+/// competitor's `fsync` of 512 MiB started, `Writeback:` rose from under 16 MiB to 91 MiB within
+/// 3 ms and stayed near 146 MiB (the block layer's throttling holds the rest back) until it
+/// ended, ~250 ms later; our own in flight was 10-30 MiB.
+///
+/// System-wide, not per device: writeback to another disk makes the writers yield too (they then
+/// write at the yield pace into their overdraft, and start writeback when it runs out).
+struct Foreign {
+    meminfo: Option<File>,
+    checked: std::time::Instant,
+    buf: Vec<u8>,
+}
+
+impl Foreign {
+    fn new() -> Foreign {
+        Foreign {
+            meminfo: File::open("/proc/meminfo").ok(),
+            checked: std::time::Instant::now(),
+            buf: vec![0; 8192],
+        }
+    }
+
+    /// Updates and returns [`Flusher::yielding`]: false while no writer has data in flight.
+    fn update(&mut self) -> bool {
+        // Relaxed: heuristics; a stale value shifts a decision by one round.
+        let was = FLUSHER.yielding.load(Ordering::Relaxed);
+        if FLUSHER.total_dirty.load(Ordering::Relaxed) == 0 {
+            FLUSHER.yielding.store(false, Ordering::Relaxed);
+            return false;
+        }
+        if self.checked.elapsed() < FOREIGN_CHECK {
+            return was;
+        }
+        self.checked = std::time::Instant::now();
+        let Some(writeback) = self.system_writeback() else {
+            return was;
+        };
+        let ours = FLUSHER.inflight_bytes.load(Ordering::Relaxed);
+        let foreign = writeback.saturating_sub(ours);
+        let now = if was {
+            foreign > YIELD_OFF
+        } else {
+            foreign > YIELD_ON
+        };
+        FLUSHER.yielding.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// Bytes under writeback in the whole system, `None` if `/proc/meminfo` cannot be read.
+    fn system_writeback(&mut self) -> Option<u64> {
+        let n = self.meminfo.as_ref()?.read_at(&mut self.buf, 0).ok()?;
+        meminfo_kib(&self.buf[..n], b"Writeback:").map(|kib| kib << 10)
+    }
+}
+
+/// [`Foreign::update`] on the process's one [`Foreign`], from whichever flusher thread gets to it
+/// first (the other reads [`Flusher::yielding`]).
+fn check_foreign() -> bool {
+    static FOREIGN: Mutex<Option<Foreign>> = Mutex::new(None);
+    match FOREIGN.try_lock() {
+        Ok(mut f) => f.get_or_insert_with(Foreign::new).update(),
+        // Poisoned or busy: the flag as it is (Relaxed: a heuristic).
+        Err(_) => FLUSHER.yielding.load(Ordering::Relaxed),
+    }
+}
+
+/// The value in KiB of the `/proc/meminfo` line starting with `key` (e.g. `b"Writeback:"`).
+fn meminfo_kib(text: &[u8], key: &[u8]) -> Option<u64> {
+    let line = text.split(|&b| b == b'\n').find(|l| l.starts_with(key))?;
+    let value = std::str::from_utf8(&line[key.len()..]).ok()?;
+    value.split_whitespace().next()?.parse().ok()
+}
+
+/// Measures the flusher's writeback bandwidth: bytes dropped per second of *busy* time, the
+/// time during which the writers kept data in flight (an idle stretch measures the writers, not
+/// the disk), summed over the reaper's rounds until it reaches [`BANDWIDTH_INTERVAL`], smoothed
+/// (a quarter of each new sample), published in [`Flusher::bandwidth`].
+///
+/// Only busy time counts, however it is spread: a writer paced by a low estimate writes a few
+/// MiB, pauses, and finds them all written back and dropped before its pause ends, so the
+/// flusher is busy for a few milliseconds out of every twenty. An earlier version took a sample
+/// only over an interval of at least 10 ms that was busy at both ends; measured (competing
+/// writes, after the competitor's `fsync` had held our writeback up): the estimate fell to
+/// 7 MiB/s during the stall and never recovered, because that pattern was never busy at both
+/// ends of an interval, and the writer was paused 20 ms per 1 MiB write until it finished.
+struct Bandwidth {
+    /// When the reaper last looked.
+    last: std::time::Instant,
+    /// [`Flusher::dropped`] when the reaper last looked.
+    dropped: u64,
+    /// Whether writeback was in flight when the reaper last looked: the time and bytes until it
+    /// looks again count.
+    busy: bool,
+    /// Busy time and bytes dropped in it since the last sample.
+    busy_time: Duration,
+    busy_bytes: u64,
+}
+
+/// The busy time over which [`Bandwidth`] takes a sample.
+const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(10);
+
+impl Bandwidth {
+    fn new(now: std::time::Instant) -> Bandwidth {
+        Bandwidth {
+            last: now,
+            dropped: 0,
+            busy: false,
+            busy_time: Duration::ZERO,
+            busy_bytes: 0,
+        }
+    }
+
+    /// Whether the writers keep the flusher busy: at least two pieces in flight.
+    fn saturated() -> bool {
+        // Relaxed: a heuristic.
+        FLUSHER.total_dirty.load(Ordering::Relaxed) >= 2 * MAX_FOLIO
+    }
+
+    /// Adds the stretch since the last look if writeback was busy during it; returns a rate
+    /// (bytes per second) once [`BANDWIDTH_INTERVAL`] of busy time has been seen. `dropped` is
+    /// the running count of bytes dropped, `busy` whether writeback is in flight now.
+    fn observe(&mut self, now: std::time::Instant, dropped: u64, busy: bool) -> Option<u64> {
+        if self.busy {
+            self.busy_time += now.saturating_duration_since(self.last);
+            self.busy_bytes += dropped.saturating_sub(self.dropped);
+        }
+        self.last = now;
+        self.dropped = dropped;
+        self.busy = busy;
+        if self.busy_time < BANDWIDTH_INTERVAL {
+            return None;
+        }
+        let rate = (self.busy_bytes as f64 / self.busy_time.as_secs_f64()) as u64;
+        self.busy_time = Duration::ZERO;
+        self.busy_bytes = 0;
+        Some(rate)
+    }
+
+    fn sample(&mut self) {
+        // Relaxed: statistics.
+        let dropped = FLUSHER.dropped.load(Ordering::Relaxed);
+        // While yielding, our writeback waits behind another process's: that measures the other
+        // process, not what this process gets once it stops, so the estimate is frozen.
+        // Relaxed: a heuristic.
+        let busy = Bandwidth::saturated() && !FLUSHER.yielding.load(Ordering::Relaxed);
+        if let Some(rate) = self.observe(std::time::Instant::now(), dropped, busy) {
+            let old = FLUSHER.bandwidth.load(Ordering::Relaxed);
+            FLUSHER
+                .bandwidth
+                .store(smooth(old, rate), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The bandwidth estimate after a new sample `rate`: a quarter of the way from `old` (the first
+/// sample as it is), never 0 (0 means "not measured yet").
+fn smooth(old: u64, rate: u64) -> u64 {
+    let new = if old == 0 { rate } else { (3 * old + rate) / 4 };
+    new.max(1)
+}
+
+/// Starts the flusher's two threads, the reaper (`pagepipe-reap`) and the submitter
+/// (`pagepipe-flush`), once per process. A forked child has no flusher threads (fork copies only
+/// the calling thread), so the pid each was started in is remembered and a child starts its
+/// own; a failed start is retried by the next writer.
+fn start_flusher() -> io::Result<()> {
+    /// The pid in which the reaper and the submitter were started.
+    static STARTED_IN: Mutex<[Option<u32>; 2]> = Mutex::new([None, None]);
+    let pid = std::process::id();
+    let mut started = lock(&STARTED_IN);
+    let threads: [(&str, fn() -> !); 2] = [
+        ("pagepipe-reap", || FLUSHER.reap()),
+        ("pagepipe-flush", || FLUSHER.submit()),
+    ];
+    for (slot, (name, body)) in started.iter_mut().zip(threads) {
+        if *slot != Some(pid) {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    // Best effort: an older kernel keeps the default slice.
+                    let _ = lengthen_slice();
+                    body()
+                })
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot start the dontcache flusher thread {name}: {e}"),
+                    )
+                })?;
+            *slot = Some(pid);
+        }
+    }
+    Ok(())
+}
+
+/// The scheduler slice the flusher threads ask for (see [`lengthen_slice`]).
+const FLUSHER_SLICE: Duration = Duration::from_millis(20);
+
+/// Asks the scheduler for a long slice, [`FLUSHER_SLICE`], for the calling thread (a flusher
+/// thread), keeping its policy (`SCHED_OTHER`) and nice value: `sched_setattr(2)` with
+/// `sched_runtime`, which EEVDF (Linux 6.12+) takes as the thread's slice. A waking thread with
+/// a shorter slice (the default: 1.4 ms on the development VM) may then preempt it at once
+/// rather than wait for the end of its slice, so a paced writer whose pause ends, or that waits
+/// for a CPU, gets one when it needs it; the flusher still gets its fair share of the CPU, in
+/// longer pieces.
+/// Measured on the development VM: without it, the writer's wake-ups after a pacing pause
+/// waited up to 2.2 ms (82 waits over 0.2 ms in one 1 GiB run) while the flusher threads ran
+/// 0.5-2 ms stretches (`perf sched timehist`).
+///
+/// # Errors
+/// The OS's error (`EINVAL` on kernels before 6.12 or with `sched_runtime` unsupported).
+fn lengthen_slice() -> io::Result<()> {
+    // SAFETY: errno is a thread-local integer; getpriority(2) reads a scheduling attribute of
+    // the calling thread and touches no memory. errno is cleared first because -1 is also a
+    // valid nice value.
+    let nice = unsafe {
+        *libc::__errno_location() = 0;
+        libc::getpriority(libc::PRIO_PROCESS, 0)
+    };
+    if nice == -1 && io::Error::last_os_error().raw_os_error() != Some(0) {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sched_attr is plain data, for which all zeroes is a valid value.
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+    attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+    attr.sched_policy = libc::SCHED_OTHER as u32;
+    attr.sched_nice = nice;
+    attr.sched_runtime = FLUSHER_SLICE.as_nanos() as u64;
+    // SAFETY: sched_setattr(2) on the calling thread (pid 0) reads `attr`, a fully initialised
+    // sched_attr of the size it declares, during the call only.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0,
+            &attr as *const libc::sched_attr,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Flusher {
+    pub(crate) fn register(&self, shared: &Arc<Shared>) -> io::Result<()> {
+        start_flusher()?;
+        lock(&self.writers).push(Arc::downgrade(shared));
+        // The flusher sleeps without a timeout while it has no writer: let it start ticking.
+        self.kick();
+        Ok(())
+    }
+
+    /// Announces work; many kicks before the flusher looks cost one wake-up.
+    pub(crate) fn kick(&self) {
+        // Release: pairs with the Acquire swap in `run`, so the flusher sees what was recorded
+        // before the kick.
+        if self.kick.swap(1, Ordering::Release) == 0 {
+            sys::futex::wake_all(&self.kick);
+        }
+    }
+
+    /// Live writers, pruning dropped ones.
+    fn snapshot(&self) -> Vec<Arc<Shared>> {
+        let mut writers = lock(&self.writers);
+        writers.retain(|w| w.strong_count() > 0);
+        writers.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Wakes the reaper (coalescing, as [`Flusher::kick`]).
+    fn kick_reaper(&self) {
+        // Release: pairs with the Acquire swap in `reap`, so the reaper sees the queued range.
+        if self.reap.swap(1, Ordering::Release) == 0 {
+            sys::futex::wake_all(&self.reap);
+        }
+    }
+
+    /// The submitting thread's loop (`pagepipe-flush`). Each round it starts writeback of every
+    /// writer's new ranges, starting with the next writer each round, and queues them for the
+    /// reaper. It sleeps until kicked, or [`FLUSHER_TICK`] to pick up tails no kick announced.
+    fn submit(&self) -> ! {
+        let mut turn = 0usize;
+        loop {
+            // Acquire: pairs with the Release swap in `kick`.
+            let kicked = self.kick.swap(0, Ordering::Acquire) == 1;
+            let yielding = check_foreign();
+            let writers = self.snapshot();
+            let n = writers.len().max(1);
+            let mut busy = false;
+            let mut held = yielding;
+            for i in 0..writers.len() {
+                let w = &writers[(i + turn) % n];
+                if !w.deferred(yielding) {
+                    let started = w.start_pending();
+                    busy |= started.any;
+                    held |= started.held;
+                }
+            }
+            turn = turn.wrapping_add(1);
+            let idle = writers.is_empty();
+            drop(writers);
+            if !busy && !kicked {
+                // While yielding or holding back, look again soon: deferred ranges start when it
+                // ends, held-back ones when ranges in flight complete.
+                let tick = if held { FLUSHER_POLL } else { FLUSHER_TICK };
+                // A kick between the swap above and this wait changed the word: no sleep.
+                sys::futex::wait(&self.kick, 0, (!idle).then_some(tick));
+            }
+        }
+    }
+
+    /// The reaping thread's loop (`pagepipe-reap`). It drops completed ranges, round robin over
+    /// the writers (so a writer's share does not depend on how often it kicks), starting each
+    /// round with the next writer, and never blocks on a writeback still running where
+    /// `cachestat(2)` can tell: while ranges are in flight it looks again every
+    /// [`FLUSHER_POLL`], or at once when a range is queued. It runs beside the submitting thread,
+    /// which may block for a long time in the block layer's throttling: completions, and the
+    /// writers waiting for them, do not wait for a submission.
+    fn reap(&self) -> ! {
+        let mut turn = 0usize;
+        let mut bandwidth = Bandwidth::new(std::time::Instant::now());
+        loop {
+            // Acquire: pairs with the Release swap in `kick_reaper`.
+            let kicked = self.reap.swap(0, Ordering::Acquire) == 1;
+            let writers = self.snapshot();
+            let n = writers.len().max(1);
+            let order = || (0..writers.len()).map(|i| &writers[(i + turn) % n]);
+            let mut busy = false;
+            let mut in_flight = false;
+            for _ in 0..MAX_PASSES {
+                let mut dropped = false;
+                for w in order() {
+                    match w.complete_some() {
+                        Completion::Dropped => dropped = true,
+                        Completion::Busy => in_flight = true,
+                        Completion::Idle => {}
+                    }
+                }
+                if !dropped {
+                    break;
+                }
+                busy = true;
+            }
+            turn = turn.wrapping_add(1);
+            // The reaper looks too: the submitter may be blocked in a submission for tens of
+            // milliseconds just when another process's writeback starts.
+            check_foreign();
+            bandwidth.sample();
+            drop(writers);
+            if !busy && !kicked {
+                // A queued range between the swap above and this wait changed the word.
+                sys::futex::wait(&self.reap, 0, in_flight.then_some(FLUSHER_POLL));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{cached_bytes, cached_bytes_in};
+    use crate::consts::OVERDRAFT_WINDOWS;
+
+    #[test]
+    fn completed_ranges_are_dropped_behind_a_busy_one() {
+        let path =
+            std::env::temp_dir().join(format!("pagepipe-dontcache-reap-{}", std::process::id()));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        if let Err(e) = sys::fs::cachestat(&file, 0, 0) {
+            // Without cachestat the reaper waits for the oldest range, in order.
+            eprintln!("SKIPPED completed_ranges_are_dropped_behind_a_busy_one: no cachestat: {e}");
+            std::fs::remove_file(&path).unwrap();
+            return;
+        }
+        // Not registered with the flusher: only this test looks at these ranges.
+        let shared = Shared::new(file.as_raw_fd());
+        let (a, b) = (0, 1 << 20);
+        for off in [a, b] {
+            file.write_all_at(&[5u8; 8192], off).unwrap();
+            shared.record(off, 8192);
+        }
+        // The newer range is written back; the older one is still dirty and not started.
+        sys::fs::sync_file_range(&file, b, 8192, RangeSync::Start).unwrap();
+        sys::fs::sync_file_range(&file, b, 8192, RangeSync::Wait).unwrap();
+        let taken = shared.take_pending();
+        assert_eq!(taken.len(), 2);
+        lock(&shared.inflight).ranges.extend(taken);
+        assert_eq!(shared.complete_some(), Completion::Dropped);
+        let left: Vec<u64> = lock(&shared.inflight)
+            .ranges
+            .iter()
+            .map(|r| r.start)
+            .collect();
+        assert_eq!(
+            left,
+            vec![a],
+            "the older, busy range stays; the newer one is dropped"
+        );
+        assert_eq!(shared.dirty.load(Ordering::Relaxed), 8192);
+        assert_eq!(cached_bytes_in(&file, b..b + 8192).unwrap(), 0);
+        // The reaper started the dirty range's writeback; draining drops it too.
+        shared.drain(&file, false).unwrap();
+        assert_eq!(shared.dirty.load(Ordering::Relaxed), 0);
+        assert_eq!(cached_bytes(&file).unwrap(), 0);
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn flusher_threads_ask_for_a_long_slice() {
+        // On a thread of its own: the slice stays with the thread.
+        std::thread::spawn(|| {
+            // SAFETY: as in lengthen_slice: reads the calling thread's nice value.
+            let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+            let before = nice();
+            if let Err(e) = lengthen_slice() {
+                eprintln!("SKIPPED flusher_threads_ask_for_a_long_slice: {e}");
+                return;
+            }
+            assert_eq!(nice(), before, "the nice value is kept");
+            // /proc/PID/sched exists with CONFIG_SCHED_DEBUG; `se.slice` since Linux 6.6.
+            let sched = std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default();
+            let Some(slice) = sched
+                .lines()
+                .find(|l| l.starts_with("se.slice"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+            else {
+                eprintln!("SKIPPED flusher_threads_ask_for_a_long_slice: no se.slice to read");
+                return;
+            };
+            assert_eq!(slice, FLUSHER_SLICE.as_nanos() as u64);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn bandwidth_counts_busy_time_only() {
+        let t0 = std::time::Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mib = 1u64 << 20;
+        let mut b = Bandwidth::new(t0);
+        // The pattern of a writer paced by a low estimate: 4 MiB written back in 3 ms, then
+        // nothing in flight for 17 ms, over and over. Never busy at both ends of a 10 ms
+        // interval, yet 4 MiB per 3 ms of busy time is what the disk does.
+        let mut dropped = 0;
+        let mut rates = Vec::new();
+        for round in 0..8 {
+            let start = 20 * round;
+            rates.extend(b.observe(ms(start), dropped, true));
+            for step in 1..=3 {
+                dropped += 4 * mib / 3;
+                let busy = step < 3;
+                rates.extend(b.observe(ms(start + step), dropped, busy));
+            }
+            rates.extend(b.observe(ms(start + 19), dropped, false));
+        }
+        assert!(rates.len() >= 2, "busy time adds up to samples: {rates:?}");
+        for r in &rates {
+            let gbps = *r as f64 / 1e9;
+            assert!(
+                (1.3..1.5).contains(&gbps),
+                "4 MiB per 3 ms is 1.4 GB/s, got {gbps}"
+            );
+        }
+        // Idle stretches alone never make a sample.
+        let mut b = Bandwidth::new(t0);
+        for i in 0..100 {
+            assert_eq!(b.observe(ms(i * 10), 0, false), None);
+        }
+        // A stalled disk (busy, nothing dropped) measures 0, and the estimate recovers from a
+        // low value in a few samples.
+        assert_eq!(smooth(0, 0), 1);
+        let mut est = 7 << 20;
+        for _ in 0..8 {
+            est = smooth(est, 1400 << 20);
+        }
+        assert!(est > 1200 << 20, "{est}");
+    }
+
+    #[test]
+    fn meminfo_values_are_read_by_key() {
+        let text = b"MemTotal:       24660920 kB\nDirty:              9284 kB\n\
+                     Writeback:         91136 kB\nWritebackTmp:          7 kB\n";
+        assert_eq!(meminfo_kib(text, b"Writeback:"), Some(91136));
+        assert_eq!(meminfo_kib(text, b"WritebackTmp:"), Some(7));
+        assert_eq!(meminfo_kib(text, b"Dirty:"), Some(9284));
+        assert_eq!(meminfo_kib(text, b"Missing:"), None);
+        assert_eq!(meminfo_kib(b"Writeback: x kB\n", b"Writeback:"), None);
+        // The real file has the line (Linux 2.6+).
+        let real = std::fs::read("/proc/meminfo").unwrap();
+        assert!(meminfo_kib(&real, b"Writeback:").is_some());
+    }
+
+    #[test]
+    fn overdraft_is_bounded_by_the_budget() {
+        let max = MAX_OVERDRAFT as u64;
+        let want = OVERDRAFT_WINDOWS * DEFAULT_WINDOW as u64;
+        assert_eq!(grant_from(0, want), want.min(max));
+        assert_eq!(grant_from(max - 10 * MAX_FOLIO, want), 10 * MAX_FOLIO);
+        assert_eq!(
+            grant_from(max - MAX_FOLIO / 2, want),
+            0,
+            "less than a piece left"
+        );
+        assert_eq!(grant_from(max, want), 0);
+        assert_eq!(grant_from(2 * max, want), 0);
+        // Writers taking turns never hold more than the budget together.
+        let mut used = 0;
+        let mut grants = Vec::new();
+        for window in [32u64 << 20, 8 << 20, 64 << 20, 1 << 20, 32 << 20] {
+            let g = grant_from(used, OVERDRAFT_WINDOWS * window);
+            assert!(g <= OVERDRAFT_WINDOWS * window);
+            used += g;
+            grants.push(g);
+        }
+        assert!(used <= max, "{grants:?}");
+        assert_eq!(grants[0], max, "the default window takes the whole budget");
+        assert!(grants[1..].iter().all(|&g| g == 0), "{grants:?}");
+    }
+
+    #[test]
+    fn a_backlog_starts_half_a_window_at_a_time() {
+        let path =
+            std::env::temp_dir().join(format!("pagepipe-dontcache-backlog-{}", std::process::id()));
+        let file = File::create(&path).unwrap();
+        // Not registered with the flusher: only this test looks at these ranges.
+        let shared = Shared::new(file.as_raw_fd());
+        let window = 4u64 << 20;
+        shared.window.store(window, Ordering::Relaxed);
+        let mib = 1u64 << 20;
+        shared.record(0, 9 * mib);
+        let mut fresh = shared.take_pending();
+        assert_eq!(fresh.len(), 5, "cut at 2 MiB");
+        // No overdraft held: everything starts.
+        assert!(!shared.hold_back(&mut fresh.clone()));
+        // Paying back an overdraft (it is not yielding in this test: nothing floods the
+        // system's writeback by 64 MiB): half a window, 2 MiB, may be in flight.
+        shared.grant.store(3 * window, Ordering::Relaxed);
+        if FLUSHER.yielding.load(Ordering::Relaxed) {
+            eprintln!("SKIPPED a_backlog_starts_half_a_window_at_a_time: the system is flooded");
+            std::fs::remove_file(&path).unwrap();
+            return;
+        }
+        assert!(shared.hold_back(&mut fresh));
+        assert_eq!(fresh.len(), 1);
+        assert_eq!((fresh[0].start, fresh[0].end), (0, 2 * mib));
+        let back = shared.take_pending();
+        assert_eq!(
+            back.first().map(|r| r.start),
+            Some(2 * mib),
+            "put back in order"
+        );
+        assert_eq!(back.iter().map(Range::len).sum::<u64>(), 7 * mib);
+        // With 1 MiB already in flight there is room for one more piece; with 2 MiB, none.
+        shared.started.store(mib, Ordering::Relaxed);
+        let mut again = back.clone();
+        shared.hold_back(&mut again);
+        assert_eq!(again.len(), 1);
+        shared.take_pending();
+        shared.started.store(2 * mib, Ordering::Relaxed);
+        let mut none = back;
+        assert!(shared.hold_back(&mut none));
+        assert!(none.is_empty());
+        // The charge never moved: hold_back only reorders the queue.
+        assert_eq!(shared.dirty.load(Ordering::Relaxed), 9 * mib);
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn deferred_only_while_yielding_and_overdraft_is_left() {
+        let shared = Shared::new(-1);
+        let window = DEFAULT_WINDOW as u64;
+        assert!(!shared.deferred(false));
+        // No overdraft yet (the budget has some unless a test elsewhere holds it all): deferred
+        // while well within the window, started near it (a writer waiting there takes none).
+        if overdraft_left() >= MAX_FOLIO {
+            assert!(shared.deferred(true));
+        }
+        shared.dirty.store(window - window / 8, Ordering::Relaxed);
+        assert!(!shared.deferred(true));
+        shared.dirty.store(0, Ordering::Relaxed);
+        shared.grant.store(3 * window, Ordering::Relaxed);
+        assert!(!shared.deferred(false));
+        assert!(shared.deferred(true));
+        // Within a quarter window of its limit: its writeback starts (it would soon wait).
+        shared
+            .dirty
+            .store(4 * window - window / 8, Ordering::Relaxed);
+        assert!(!shared.deferred(true));
+    }
+
+    #[test]
+    fn kick_batch_is_clamped() {
+        assert_eq!(kick_batch(32 << 20), 2 << 20);
+        assert_eq!(kick_batch(1 << 30), 2 << 20);
+        assert_eq!(kick_batch(256 << 10), 64 << 10);
+        assert_eq!(kick_batch(3 << 20), 128 << 10);
+    }
+}

@@ -1,0 +1,56 @@
+//! The public [`Mode`] of a writer or reader, and the [`Stats`] of a writer.
+
+/// How a [`Writer`] or [`Reader`] keeps its data out of the page cache.
+///
+/// [`Writer`]: crate::Writer
+/// [`Reader`]: crate::Reader
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Use `RWF_DONTCACHE` if the file supports it, found out with the first non-empty write or
+    /// read; fall back to [`Mode::Fallback`] where the kernel answers `EOPNOTSUPP` or `EINVAL`.
+    /// [`Writer::mode`] reports `Auto` only until that first write.
+    ///
+    /// [`Writer::mode`]: crate::Writer::mode
+    #[default]
+    Auto,
+    /// Insist on `RWF_DONTCACHE`: the first write or read fails with
+    /// [`io::ErrorKind::Unsupported`] where the file (or kernel) does not support it.
+    ///
+    /// [`io::ErrorKind::Unsupported`]: std::io::ErrorKind::Unsupported
+    Kernel,
+    /// Never use `RWF_DONTCACHE`: buffered writes drained by pagepipe's flusher threads, buffered
+    /// reads followed by `POSIX_FADV_DONTNEED`.
+    Fallback,
+}
+
+/// What a [`Writer`] did, from [`Writer::stats`] or [`Writer::finish`].
+///
+/// [`Writer`]: crate::Writer
+/// [`Writer::stats`]: crate::Writer::stats
+/// [`Writer::finish`]: crate::Writer::finish
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Bytes accepted by writes (rewrites of the same bytes count again).
+    pub bytes_written: u64,
+    /// The mode in use: [`Mode::Kernel`] or [`Mode::Fallback`]; [`Mode::Auto`] if nothing was
+    /// written yet.
+    pub mode: Mode,
+    /// The most dirty bytes this writer had in flight at once. Fallback: the peak of the writer's
+    /// own counter (bytes written and not yet written back and dropped, an upper bound on its
+    /// dirty pages). Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
+    /// writes (0 where `cachestat` is missing).
+    pub peak_dirty_bytes: u64,
+    /// How many times a write found the writer over its window (plus any overdraft) and waited
+    /// for the flusher (always 0 in kernel mode, where the kernel throttles).
+    pub writeback_waits: u64,
+    /// How many times pacing slept before a write returned, slowing a writer that outran
+    /// writeback before its window filled (always 0 in kernel mode).
+    pub pauses: u64,
+    /// The largest overdraft the writer held: bytes it was allowed beyond its window while
+    /// another process's writeback flooded the system (see [`MAX_OVERDRAFT`]); 0 if it never
+    /// yielded (always 0 in kernel mode). [`Stats::peak_dirty_bytes`] is at most the window plus
+    /// this, plus one write.
+    ///
+    /// [`MAX_OVERDRAFT`]: crate::MAX_OVERDRAFT
+    pub peak_overdraft_bytes: u64,
+}

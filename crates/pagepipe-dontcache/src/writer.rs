@@ -1,0 +1,559 @@
+//! The writer: [`Writer`], in kernel mode (`RWF_DONTCACHE`) or in fallback mode (buffered writes
+//! recorded for the flusher, paced, bounded by a window).
+
+use crate::cache::reserve;
+use crate::consts::{
+    INITIAL_BANDWIDTH, MAX_PAUSE, MIN_PAUSE, MIN_WINDOW, OVERDRAFT_WINDOWS, PAGE, SHARED_WINDOW,
+    WINDOW_RECHECK,
+};
+use crate::error::{check_regular, is_unsupported, unsupported};
+use crate::flusher::{give_back_overdraft, lock, take_overdraft, Shared, FLUSHER};
+use crate::mode::{Mode, Stats};
+use crate::pacing::{cpus, overdraft_rate, room, settle, take_pause};
+use crate::reader::{seek_target, Reader};
+use pagepipe_sys as sys;
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A file writer that leaves no page cache behind: [`io::Write`] + [`io::Seek`] and positional
+/// [`Writer::write_at`]. See the [crate docs](crate) for how.
+///
+/// ```
+/// use std::io::{Seek, SeekFrom, Write};
+/// use pagepipe_dontcache::{Mode, Writer};
+///
+/// let path = std::env::temp_dir().join(format!("dontcache-writer-doc-{}", std::process::id()));
+/// let file = std::fs::File::create(&path)?;
+/// let mut w = Writer::with_mode(file, Mode::Fallback)?.with_window(4 << 20);
+/// w.write_at(b"world", 6)?;
+/// w.write_all(b"hello ")?; // at the cursor, 0
+/// w.seek(SeekFrom::End(0))?;
+/// w.write_all(b"!")?;
+/// let stats = w.finish()?;
+/// assert_eq!(std::fs::read(&path)?, b"hello world!");
+/// assert_eq!(stats.mode, Mode::Fallback);
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Writer {
+    /// Owned here, not in `Shared`, so that it is closed in the writer's thread when the writer
+    /// goes (see `Inflight::closed`).
+    file: File,
+    shared: Arc<Shared>,
+    /// Auto until the first non-empty write, then Kernel or Fallback.
+    mode: Mode,
+    pos: u64,
+    bytes_written: u64,
+    peak_dirty: u64,
+    /// The largest overdraft held (see [`Stats::peak_overdraft_bytes`]).
+    peak_overdraft: u64,
+    waits: u64,
+    /// Pause owed by [`Writer::pace`] and not yet taken, in nanoseconds; negative when the last
+    /// pause took longer than owed (a credit, at most [`MAX_CREDIT`]).
+    ///
+    /// [`MAX_CREDIT`]: crate::consts::MAX_CREDIT
+    pace_debt_ns: i64,
+    pauses: u64,
+    /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
+    next_sample: u64,
+    /// The end of the blocks [`Writer::preallocate`] reserved (0: none), released past the
+    /// file's end when the writer finishes.
+    reserved: u64,
+    registered: bool,
+    /// Set by finish: Drop has nothing left to do.
+    finished: bool,
+}
+
+// A writer may move to another thread (its flusher state is shared through an Arc).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Writer>();
+    assert_send::<Reader>();
+};
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("mode", &self.mode)
+            .field("pos", &self.pos)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Creates (or truncates) the file at `path` and writes it in [`Mode::Auto`].
+    ///
+    /// # Errors
+    /// Those of [`File::create`].
+    pub fn create(path: impl AsRef<Path>) -> io::Result<Writer> {
+        Writer::with_mode(File::create(path)?, Mode::Auto)
+    }
+
+    /// Writes `file` (opened for writing, not `O_DIRECT`, not append-only) in `mode`, starting at
+    /// offset 0. [`Mode::Kernel`] learns whether the file supports `RWF_DONTCACHE` only with the
+    /// first write, which then fails with [`io::ErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file; the OS's error if the
+    /// flusher threads cannot be started.
+    pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
+        check_regular(&file)?;
+        let mut w = Writer {
+            shared: Arc::new(Shared::new(file.as_raw_fd())),
+            file,
+            mode,
+            pos: 0,
+            bytes_written: 0,
+            peak_dirty: 0,
+            peak_overdraft: 0,
+            waits: 0,
+            pace_debt_ns: 0,
+            pauses: 0,
+            next_sample: 0,
+            reserved: 0,
+            registered: false,
+            finished: false,
+        };
+        if mode == Mode::Fallback {
+            w.register()?;
+        }
+        Ok(w)
+    }
+
+    /// Sets the bound on dirty data in flight (fallback mode; in kernel mode it only sets how
+    /// often dirty pages are sampled for [`Stats::peak_dirty_bytes`]). Values below
+    /// [`MIN_WINDOW`] are raised to it. Default [`DEFAULT_WINDOW`]. While another process's
+    /// writeback floods the system the writer may hold up to three more windows, as far as the
+    /// process-wide [`MAX_OVERDRAFT`] allows (see the [crate docs](crate)).
+    ///
+    /// [`DEFAULT_WINDOW`]: crate::DEFAULT_WINDOW
+    /// [`MAX_OVERDRAFT`]: crate::MAX_OVERDRAFT
+    pub fn with_window(self, bytes: usize) -> Writer {
+        let window = bytes.max(MIN_WINDOW) as u64;
+        self.shared.window.store(window, Ordering::Relaxed);
+        self
+    }
+
+    /// The window in bytes (see [`Writer::with_window`]).
+    pub fn window(&self) -> usize {
+        self.shared.window.load(Ordering::Relaxed) as usize
+    }
+
+    /// The mode in use: [`Mode::Auto`] until the first non-empty write has probed the file.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The file being written.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// What the writer did so far.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            bytes_written: self.bytes_written,
+            mode: self.mode,
+            peak_dirty_bytes: self.peak_dirty,
+            peak_overdraft_bytes: self.peak_overdraft,
+            writeback_waits: self.waits,
+            pauses: self.pauses,
+        }
+    }
+
+    /// Reserves disk blocks for the file's first `len` bytes (`fallocate(2)` with
+    /// `FALLOC_FL_KEEP_SIZE`: the file's size does not change). Call it before writing when the
+    /// final size is known, as a copy knows its source's.
+    ///
+    /// Writeback then allocates nothing. On ext4 that keeps the writer's writes from waiting for
+    /// the inode's block-map lock (`i_data_sem`), which the writeback of freshly written data
+    /// holds while it allocates blocks, reading block bitmaps, behind whatever else the disk is
+    /// busy with: with another process's `fsync` flooding the disk, the fallback writer's
+    /// slowest write fell from tens of milliseconds to a few (see docs/dontcache.md). It also
+    /// reports a full disk before anything is written. In [`Mode::Kernel`] it does not help, and
+    /// on the development VM's ext4 it made the slowest of 1024 sequential 1 MiB
+    /// `RWF_DONTCACHE` writes 45 ms instead of 15-25 (throughput unchanged).
+    ///
+    /// Blocks reserved past the end of what was written are released when the writer finishes
+    /// or is dropped (the file is truncated to its own size, which frees them). A filesystem
+    /// that cannot preallocate (`EOPNOTSUPP`) is left alone: the call does nothing.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use pagepipe_dontcache::Writer;
+    ///
+    /// let path = std::env::temp_dir().join(format!("dontcache-prealloc-{}", std::process::id()));
+    /// let mut w = Writer::create(&path)?;
+    /// w.preallocate(1 << 20)?; // reserved, still 0 bytes long
+    /// assert_eq!(w.file().metadata()?.len(), 0);
+    /// w.write_all(&[7u8; 4096])?;
+    /// w.finish()?; // what was reserved past 4 KiB is given back
+    /// assert_eq!(std::fs::metadata(&path)?.len(), 4096);
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `fallocate`'s: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len`
+    /// bytes, [`io::ErrorKind::FileTooLarge`] past its largest file.
+    pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
+        if reserve(&self.file, len)? {
+            self.reserved = self.reserved.max(len);
+        }
+        Ok(())
+    }
+
+    /// Gives back the blocks [`Writer::preallocate`] reserved past the file's end: truncating a
+    /// file to its own size frees them. Best effort (the blocks only waste space).
+    fn release_reserved(&mut self) {
+        if self.reserved == 0 {
+            return;
+        }
+        if let Ok(size) = self.file.metadata().map(|m| m.len()) {
+            if size < self.reserved {
+                let _ = self.file.set_len(size);
+            }
+        }
+        self.reserved = 0;
+    }
+
+    fn register(&mut self) -> io::Result<()> {
+        if !self.registered {
+            FLUSHER.register(&self.shared)?;
+            self.registered = true;
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at `offset`, leaving the cursor alone, like `pwrite(2)`: returns how many
+    /// bytes were written, possibly fewer than `buf.len()`.
+    ///
+    /// # Errors
+    /// The write's own error (for example [`io::ErrorKind::StorageFull`]); a kept error of earlier
+    /// writeback; [`io::ErrorKind::Unsupported`] for the first write in [`Mode::Kernel`] on a file
+    /// without `RWF_DONTCACHE`.
+    pub fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.shared.check_error()?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = match self.mode {
+            Mode::Kernel => self.write_kernel(buf, offset)?,
+            Mode::Fallback => self.write_fallback(buf, offset)?,
+            Mode::Auto => self.write_probe(buf, offset)?,
+        };
+        self.bytes_written += n as u64;
+        Ok(n)
+    }
+
+    /// Writes all of `buf` at `offset` (repeating short writes).
+    ///
+    /// # Errors
+    /// As [`Writer::write_at`]; [`io::ErrorKind::WriteZero`] if a write makes no progress.
+    pub fn write_all_at(&mut self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "dontcache write made no progress",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The first non-empty write in Auto mode: try the flag, settle the mode.
+    fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+            Ok(n) => {
+                self.mode = Mode::Kernel;
+                self.after_kernel_write(n);
+                Ok(n)
+            }
+            Err(e) if is_unsupported(&e) => {
+                self.register()?;
+                self.mode = Mode::Fallback;
+                self.write_fallback(buf, offset)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let n = match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
+            Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
+            Err(e) => return Err(e),
+        };
+        self.after_kernel_write(n);
+        Ok(n)
+    }
+
+    /// Kernel mode: samples the file's dirty pages once per window of writes.
+    fn after_kernel_write(&mut self, n: usize) {
+        let written = self.bytes_written + n as u64;
+        if written < self.next_sample {
+            return;
+        }
+        self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
+        if let Ok(cs) = sys::fs::cachestat(&self.file, 0, 0) {
+            self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
+        }
+    }
+
+    fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let n = self.file.write_at(buf, offset)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let (dirty, kick) = self.shared.record(offset, n as u64);
+        self.peak_dirty = self.peak_dirty.max(dirty);
+        if kick {
+            FLUSHER.kick();
+        }
+        self.update_grant(dirty);
+        if self.shared.over_limit() {
+            self.wait_for_room();
+        } else {
+            self.pace(n as u64, dirty);
+        }
+        Ok(n)
+    }
+
+    /// Slows a writer that outruns writeback down to its share of the measured bandwidth
+    /// before its window fills, so that it waits a little on every write rather than for a whole
+    /// piece's writeback now and then (the tail latency of a full window), as the kernel's
+    /// `balance_dirty_pages` pauses writers in proportion to their dirtying rate. Below a quarter
+    /// of its window a writer runs free; above, each write of `n` bytes owes `n / (share * room)`
+    /// seconds, where `share` is the measured bandwidth (or [`INITIAL_BANDWIDTH`] before the
+    /// first measurement) over the writers with data in flight and `room` is
+    /// `(window - dirty) / (window/2)`: at half the window it writes exactly as fast as
+    /// writeback drains it, and the pause grows gently (2x at three quarters) and then without
+    /// bound (up to [`MAX_PAUSE`]) as the window fills. The set point leaves half the window to
+    /// absorb a stall of writeback (the block layer's throttling held the flusher's submissions
+    /// for up to 70 ms) with short pauses before the window's hard limit is reached; a set point
+    /// at a quarter (tried) kept too little in flight: the writer lost throughput on random
+    /// writes and its share of the disk against a competing writer. The same rule applies to
+    /// all fallback writers' data against [`SHARED_WINDOW`] for a writer holding more than half
+    /// its fair share of it (the smaller room wins), so that many writers cannot pile up a
+    /// window each. Pauses shorter than
+    /// [`MIN_PAUSE`] accumulate. A pause is counted at what it really took (see [`settle`]): an
+    /// overrun is a credit against the next pauses, so a writer is slowed to its share, not
+    /// below it, however late the scheduler wakes it. Pauses up to [`SPIN_PAUSE`] are spun
+    /// while fewer writers are paced than there are CPUs (see [`take_pause`]): a 64 KiB write
+    /// keeping pace with a 1 GB/s disk owes ~60 µs, less than a sleep's wake-up takes on a busy
+    /// machine.
+    ///
+    /// [`SPIN_PAUSE`]: crate::consts::SPIN_PAUSE
+    fn pace(&mut self, n: u64, dirty: u64) {
+        // Relaxed: tuning values and statistics; stale reads only shift a pause.
+        let measured = FLUSHER.bandwidth.load(Ordering::Relaxed);
+        let bandwidth = if measured == 0 {
+            INITIAL_BANDWIDTH
+        } else {
+            measured
+        };
+        let active = FLUSHER.active.load(Ordering::Relaxed).max(1);
+        let window = self.shared.window.load(Ordering::Relaxed);
+        let grant = self.shared.grant.load(Ordering::Relaxed);
+        let share = (bandwidth / active).max(1);
+        // Relaxed: a heuristic.
+        let yielding = FLUSHER.yielding.load(Ordering::Relaxed);
+        if let Some(rate) = overdraft_rate(grant, yielding, dirty, window, share) {
+            self.owe(n as f64 / rate as f64, active);
+            return;
+        }
+        let shared = (SHARED_WINDOW as u64).max(window);
+        let total = FLUSHER.total_dirty.load(Ordering::Relaxed);
+        // The rate allowed, as a fraction of the share: 3/2 at a quarter of the window, 1 at
+        // half, falling to 0 at the window (the pause grows without bound, up to MAX_PAUSE).
+        let own = (dirty > window / 4).then(|| room(dirty, window));
+        // The same against all writers' data and SHARED_WINDOW, for a writer holding more
+        // than half its fair share of it (a writer with little in flight runs free).
+        let all = (total > shared / 2 && dirty > shared / active / 2).then(|| room(total, shared));
+        let Some(room) = own.into_iter().chain(all).reduce(f64::min) else {
+            self.pace_debt_ns = 0;
+            return;
+        };
+        self.owe(n as f64 / (share as f64 * room), active);
+    }
+
+    /// Adds a pause of `secs` to what the writer owes and takes it once it reaches
+    /// [`MIN_PAUSE`] (see [`Writer::pace`]); `active` writers share the disk.
+    fn owe(&mut self, secs: f64, active: u64) {
+        let max = MAX_PAUSE.as_nanos() as i64;
+        let pause = (secs * 1e9).min(max as f64) as i64;
+        let debt = (self.pace_debt_ns + pause).min(max);
+        if debt < MIN_PAUSE.as_nanos() as i64 {
+            self.pace_debt_ns = debt;
+            return;
+        }
+        let spin = active < cpus();
+        let took = take_pause(Duration::from_nanos(debt as u64), spin);
+        self.pace_debt_ns = settle(debt, took);
+        self.pauses += 1;
+    }
+
+    /// Takes an overdraft when the submitter starts yielding to another process's writeback,
+    /// and gives it back once the writer has no use for it: writeback runs again and its dirty
+    /// data is back at the pacing set point (half its window).
+    fn update_grant(&mut self, dirty: u64) {
+        let s = &*self.shared;
+        // Relaxed: this writer's own values, and a heuristic flag.
+        let window = s.window.load(Ordering::Relaxed);
+        let grant = s.grant.load(Ordering::Relaxed);
+        let yielding = FLUSHER.yielding.load(Ordering::Relaxed);
+        if grant == 0 && yielding {
+            let taken = take_overdraft(OVERDRAFT_WINDOWS * window);
+            s.grant.store(taken, Ordering::Relaxed);
+            self.peak_overdraft = self.peak_overdraft.max(taken);
+        } else if grant > 0 && !yielding && dirty <= window / 2 {
+            s.grant.store(0, Ordering::Relaxed);
+            give_back_overdraft(grant);
+        }
+    }
+
+    /// Sleeps until the flusher has brought this writer's dirty data back within its window, or
+    /// failed. Never writes anything back itself.
+    fn wait_for_room(&mut self) {
+        self.waits += 1;
+        FLUSHER.kick();
+        let s = &*self.shared;
+        loop {
+            // Acquire: pairs with the Release increment in Shared::drop_range.
+            let seen = FLUSHER.progress.load(Ordering::Acquire);
+            // SeqCst: store-load handshake with Shared::drop_range (see there); the load of the
+            // count in over_limit is the other half.
+            FLUSHER.waiters.fetch_add(1, Ordering::SeqCst);
+            // Acquire: pairs with the Release store in Shared::set_error.
+            let done = !s.over_limit() || s.failed.load(Ordering::Acquire);
+            if !done {
+                sys::futex::wait(&FLUSHER.progress, seen, Some(WINDOW_RECHECK));
+            }
+            // Relaxed: only the increment above takes part in the handshake.
+            FLUSHER.waiters.fetch_sub(1, Ordering::Relaxed);
+            if done {
+                break;
+            }
+        }
+    }
+
+    /// Makes everything written so far durable (`fdatasync(2)`) and, in fallback mode, drops it
+    /// from the page cache. Waits on the caller's thread.
+    ///
+    /// # Errors
+    /// A kept error of earlier writeback, or `fdatasync`'s error (which is then kept too).
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.shared.check_error()?;
+        if self.mode == Mode::Fallback {
+            self.shared.drain(&self.file, true)?;
+        } else if let Err(e) = self.file.sync_data() {
+            self.shared.set_error(&e, "fdatasync".to_string());
+            return Err(e);
+        }
+        self.shared.check_error()
+    }
+
+    /// [`Writer::sync`]s, closes the file and returns what the writer did.
+    ///
+    /// # Errors
+    /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
+    pub fn finish(mut self) -> io::Result<Stats> {
+        self.release_reserved();
+        let synced = self.sync();
+        // After an error, leave the best-effort drain to Drop so the writer's pages still leave
+        // the cache.
+        self.finished = synced.is_ok();
+        synced.map(|()| self.stats())
+    }
+}
+
+impl Write for Writer {
+    /// Writes at the cursor and advances it; see [`Writer::write_at`].
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.write_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Reports a kept writeback error and, in fallback mode, asks the flusher to start writing
+    /// back now. Not a durability point: that is [`Writer::sync`].
+    fn flush(&mut self) -> io::Result<()> {
+        if self.mode == Mode::Fallback {
+            FLUSHER.kick();
+        }
+        self.shared.check_error()
+    }
+}
+
+impl Seek for Writer {
+    /// Moves the cursor for [`Write::write`]; `SeekFrom::End` is relative to the file's current
+    /// size.
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        self.pos = seek_target(&self.file, self.pos, pos)?;
+        Ok(self.pos)
+    }
+}
+
+impl Drop for Writer {
+    /// Writes back and drops what this writer left dirty, ignoring errors (best effort, as
+    /// dropping a [`File`] is); call [`Writer::finish`] to see them.
+    fn drop(&mut self) {
+        self.release_reserved();
+        if !self.finished && self.mode == Mode::Fallback {
+            let _ = self.shared.drain(&self.file, false);
+        }
+        // From here on the flusher threads leave the fd alone; the File closes when this
+        // returns. Same lock order as `drain`: `starting`, then `inflight`.
+        let mut starting = lock(&self.shared.starting);
+        *starting = true;
+        lock(&self.shared.inflight).closed = true;
+        drop(starting);
+        // Relaxed: the writer's own value (see Shared::grant).
+        give_back_overdraft(self.shared.grant.swap(0, Ordering::Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writeback_error_is_kept_and_reported_everywhere() {
+        let path =
+            std::env::temp_dir().join(format!("pagepipe-dontcache-sticky-{}", std::process::id()));
+        let mut w = Writer::with_mode(File::create(&path).unwrap(), Mode::Fallback).unwrap();
+        w.write_all(b"before").unwrap();
+        let eio = io::Error::from_raw_os_error(libc::EIO);
+        w.shared
+            .set_error(&eio, "writeback of bytes 0..4096".to_string());
+        w.shared.set_error(
+            &io::Error::from_raw_os_error(libc::ENOSPC),
+            "later".to_string(),
+        );
+        let e = w.write(b"after").unwrap_err();
+        assert_eq!(e.raw_os_error(), None);
+        assert!(e.to_string().contains("writeback of bytes 0..4096"), "{e}");
+        assert_eq!(e.kind(), eio.kind());
+        assert_eq!(w.flush().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.sync().unwrap_err().kind(), eio.kind());
+        assert_eq!(w.finish().unwrap_err().kind(), eio.kind());
+        std::fs::remove_file(&path).unwrap();
+    }
+}
