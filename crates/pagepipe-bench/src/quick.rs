@@ -4,9 +4,9 @@
 
 use crate::child::Between;
 use crate::harness::{Case, Column, Harness, Run, RunArgs, MIN_RUNS};
-use crate::lmbench::{arms, bw_case, bw_once, idle_once, lat_case, lat_once};
-use crate::pipe_bench::{self, variants, Workload};
 use crate::transport::{PipeConfig, Transport};
+use crate::workloads::lmbench::{arms, bw_case, bw_once, idle_once, lat_case, lat_once};
+use crate::workloads::pipe::{self, variants, Workload};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::time::Duration;
@@ -63,13 +63,9 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
                 },
                 between,
             };
-            let columns = [
-                pipe_bench::COLUMNS[0],
-                pipe_bench::COLUMNS[1],
-                pipe_bench::COLUMNS[3],
-            ];
-            let case = pipe_bench::case(&vs, w, r, between, &columns);
-            harness.run(case, |i| pipe_bench::measure(vs[i], &wl))?;
+            let columns = [pipe::COLUMNS[0], pipe::COLUMNS[1], pipe::COLUMNS[3]];
+            let case = pipe::case(&vs, w, r, between, &columns);
+            harness.run(case, |i| pipe::measure(vs[i], &wl))?;
         }
     }
     let cfg = PipeConfig::default();

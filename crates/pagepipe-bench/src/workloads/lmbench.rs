@@ -2,10 +2,9 @@
 //! processes) and lat_pipe / lat_unix (a 1-byte ping-pong round trip), for every transport side
 //! by side; and the CPU of a reader blocked on an empty pipe (`idle`).
 
-use crate::child::{spawn, Between, Flags, Meter};
+use crate::child::{spawn, until_hangup, Between, Flags, CHILD_GRACE};
 use crate::common::{core_rtt_ns, Histogram, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::pipe_bench::CHILD_GRACE;
 use crate::transport::{self, parse_pool, PipeConfig, Transport, W};
 use pagepipe::PoolPolicy;
 use std::io::{self, Read, Write};
@@ -123,32 +122,6 @@ fn check_between(t: Transport, between: Between) -> io::Result<()> {
 fn write_until_hangup(mut w: W, flags: &Flags, size: usize) -> io::Result<Usage> {
     let buf = vec![0x5au8; size];
     until_hangup(flags, || w.write_all(&buf))
-}
-
-/// A writer's loop: runs `op` until told to stop or the reader hangs up; returns the writer's
-/// usage over the measured window.
-pub fn until_hangup(flags: &Flags, mut op: impl FnMut() -> io::Result<()>) -> io::Result<Usage> {
-    let mut meter = Meter::default();
-    while !flags.stopped() {
-        if let Err(e) = op() {
-            return if reader_hung_up(&e) {
-                Ok(meter.spent())
-            } else {
-                Err(e)
-            };
-        }
-        meter.tick(flags);
-    }
-    Ok(meter.spent())
-}
-
-/// The reader closed its end: EPIPE, or ECONNRESET from an AF_UNIX socket closed with unread
-/// data in its queue (`unix_release_sock`).
-pub fn reader_hung_up(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-    )
 }
 
 /// One lat run: 1-byte ping-pong between this thread and an echo thread or child process over
@@ -301,30 +274,6 @@ pub fn run_lat(a: &LatArgs, opts: &RunArgs) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::net::UnixStream;
-
-    #[test]
-    fn a_socket_closed_under_a_blocked_writer_counts_as_a_hang_up() {
-        // The writer fills the socket and blocks; closing the reader with unread data queued
-        // wakes it with EPIPE here, and sometimes with ECONNRESET (the close sets the writer's
-        // sk_err; seen once in a quick suite run, which then died): both are a hang-up.
-        let (mut a, b) = UnixStream::pair().unwrap();
-        let writer = std::thread::spawn(move || loop {
-            if let Err(e) = a.write_all(&[0u8; 65536]) {
-                return e;
-            }
-        });
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        drop(b);
-        let e = writer.join().unwrap();
-        assert!(reader_hung_up(&e), "{e}");
-        assert!(reader_hung_up(&io::Error::from(
-            io::ErrorKind::ConnectionReset
-        )));
-        assert!(!reader_hung_up(&io::Error::from(
-            io::ErrorKind::InvalidInput
-        )));
-    }
 
     #[test]
     fn every_transport_moves_bytes_between_processes() {
@@ -364,11 +313,11 @@ mod tests {
             ) {
                 continue; // one writer and one reader only
             }
-            let v = crate::pipe_bench::Variant {
+            let v = crate::workloads::pipe::Variant {
                 transport: t,
                 pool: None,
             };
-            let wl = crate::pipe_bench::Workload {
+            let wl = crate::workloads::pipe::Workload {
                 writers: 2,
                 readers: 2,
                 msgsize: 4096,
@@ -376,7 +325,7 @@ mod tests {
                 pipe: PipeConfig::default(),
                 between: Between::Processes,
             };
-            let run = crate::pipe_bench::measure(v, &wl).unwrap();
+            let run = crate::workloads::pipe::measure(v, &wl).unwrap();
             assert!(run.record.get("writes_per_s").unwrap() > 0.0, "{t:?}");
         }
     }
