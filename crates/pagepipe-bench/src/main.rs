@@ -18,7 +18,7 @@ mod transport;
 mod workloads;
 
 use clap::{Parser, Subcommand};
-use workloads::{async_pipe, dontcache, frag, lmbench, notify, peer_death, pipe, splice};
+use workloads::{async_pipe, bw, dontcache, frag, lat, notify, peer_death, pipe, splice};
 
 #[derive(Parser)]
 #[command(
@@ -40,9 +40,9 @@ enum Cmd {
     /// pipe_bench (tools/testing/selftests/pipe): N writers and M readers on one pipe.
     Pipe(pipe::Args),
     /// lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes between two threads or processes.
-    Bw(lmbench::BwArgs),
+    Bw(bw::Args),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between threads or processes.
-    Lat(lmbench::LatArgs),
+    Lat(lat::Args),
     /// tokio: `tokio::net::unix::pipe` against pagepipe's AsyncReader/AsyncWriter, bandwidth of
     /// 64 KiB writes and 1-byte round trip, between tasks or processes.
     Async(async_pipe::Args),
@@ -69,8 +69,8 @@ fn main() {
     let result = match cli.cmd {
         None => quick::run(&cli.quick, opts),
         Some(Cmd::Pipe(a)) => pipe::run(&a, opts),
-        Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
-        Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
+        Some(Cmd::Bw(a)) => bw::run(&a, opts),
+        Some(Cmd::Lat(a)) => lat::run(&a, opts),
         Some(Cmd::Async(a)) => async_pipe::run(&a, opts),
         Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
