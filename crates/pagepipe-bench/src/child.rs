@@ -160,6 +160,32 @@ impl Meter {
     }
 }
 
+/// A writer's loop: runs `op` until told to stop or the reader hangs up; returns the writer's
+/// usage over the measured window.
+pub fn until_hangup(flags: &Flags, mut op: impl FnMut() -> io::Result<()>) -> io::Result<Usage> {
+    let mut meter = Meter::default();
+    while !flags.stopped() {
+        if let Err(e) = op() {
+            return if reader_hung_up(&e) {
+                Ok(meter.spent())
+            } else {
+                Err(e)
+            };
+        }
+        meter.tick(flags);
+    }
+    Ok(meter.spent())
+}
+
+/// The reader closed its end: EPIPE, or ECONNRESET from an AF_UNIX socket closed with unread
+/// data in its queue (`unix_release_sock`).
+pub fn reader_hung_up(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    )
+}
+
 /// A value a forked child can hand back as 64-bit words.
 pub trait Wire: Sized {
     /// Appends this value.
@@ -256,6 +282,9 @@ const RESULT_WORDS: usize = 1 << 20;
 /// Result slot states (0: the child stored nothing).
 const OK: u64 = 1;
 const FAILED: u64 = 2;
+
+/// How long a run may take beyond its duration before a child is declared hung.
+pub const CHILD_GRACE: Duration = Duration::from_secs(60);
 
 /// A worker: a thread, or a forked child and the mapping it leaves its result in.
 pub enum Worker<T> {
@@ -489,6 +518,31 @@ pub fn mono_ns() -> u64 {
 #[cfg(test)]
 pub mod tests {
     use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_socket_closed_under_a_blocked_writer_counts_as_a_hang_up() {
+        // The writer fills the socket and blocks; closing the reader with unread data queued
+        // wakes it with EPIPE here, and sometimes with ECONNRESET (the close sets the writer's
+        // sk_err; seen once in a quick suite run, which then died): both are a hang-up.
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || loop {
+            if let Err(e) = a.write_all(&[0u8; 65536]) {
+                return e;
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(b);
+        let e = writer.join().unwrap();
+        assert!(reader_hung_up(&e), "{e}");
+        assert!(reader_hung_up(&io::Error::from(
+            io::ErrorKind::ConnectionReset
+        )));
+        assert!(!reader_hung_up(&io::Error::from(
+            io::ErrorKind::InvalidInput
+        )));
+    }
 
     #[test]
     fn results_come_back_from_threads_and_processes() {

@@ -8,25 +8,17 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-mod async_bench;
 mod child;
 mod common;
 mod compare;
-mod dontcache;
-mod frag;
 mod harness;
-#[cfg(feature = "iceoryx2")]
-mod iox;
-mod lmbench;
-mod notify_bench;
-mod peer_death;
-mod pipe_bench;
 mod quick;
-mod splice_bench;
 mod stats;
 mod transport;
+mod workloads;
 
 use clap::{Parser, Subcommand};
+use workloads::{async_pipe, bw, dontcache, frag, lat, notify, peer_death, pipe, splice};
 
 #[derive(Parser)]
 #[command(
@@ -46,14 +38,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// pipe_bench (tools/testing/selftests/pipe): N writers and M readers on one pipe.
-    Pipe(pipe_bench::Args),
+    Pipe(pipe::Args),
     /// lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes between two threads or processes.
-    Bw(lmbench::BwArgs),
+    Bw(bw::Args),
     /// lmbench lat_pipe / lat_unix: 1-byte ping-pong round trip between threads or processes.
-    Lat(lmbench::LatArgs),
+    Lat(lat::Args),
     /// tokio: `tokio::net::unix::pipe` against pagepipe's AsyncReader/AsyncWriter, bandwidth of
     /// 64 KiB writes and 1-byte round trip, between tasks or processes.
-    Async(async_bench::Args),
+    Async(async_pipe::Args),
     /// Forked writers (or a reader) killed with SIGKILL at random moments: time until the
     /// other side notices (end of file, BrokenPipe), and every record checked.
     PeerDeath(peer_death::Args),
@@ -63,10 +55,10 @@ enum Cmd {
     Frag(frag::Args),
     /// Seed 002's table: pipe (write + read), splice (file to pipe to /dev/null) and vmsplice
     /// (pagepipe: write_chunk + read_chunk), the kernel and pagepipe side by side.
-    Splice(splice_bench::Args),
+    Splice(splice::Args),
     /// Notification pipes: records posted per second by 1 and 4 posters with a reader
     /// draining, and the loss rate when the reader stalls.
-    Notify(notify_bench::Args),
+    Notify(notify::Args),
     /// benchstat for two `--json` runs: medians, change with its interval, rank-test p-value.
     Compare(compare::Args),
 }
@@ -76,15 +68,15 @@ fn main() {
     let opts = &cli.run;
     let result = match cli.cmd {
         None => quick::run(&cli.quick, opts),
-        Some(Cmd::Pipe(a)) => pipe_bench::run(&a, opts),
-        Some(Cmd::Bw(a)) => lmbench::run_bw(&a, opts),
-        Some(Cmd::Lat(a)) => lmbench::run_lat(&a, opts),
-        Some(Cmd::Async(a)) => async_bench::run(&a, opts),
+        Some(Cmd::Pipe(a)) => pipe::run(&a, opts),
+        Some(Cmd::Bw(a)) => bw::run(&a, opts),
+        Some(Cmd::Lat(a)) => lat::run(&a, opts),
+        Some(Cmd::Async(a)) => async_pipe::run(&a, opts),
         Some(Cmd::PeerDeath(a)) => peer_death::run(&a, opts),
         Some(Cmd::Dontcache(a)) => dontcache::run(&a, opts),
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
-        Some(Cmd::Splice(a)) => splice_bench::run(&a, opts),
-        Some(Cmd::Notify(a)) => notify_bench::run(&a, opts),
+        Some(Cmd::Splice(a)) => splice::run(&a, opts),
+        Some(Cmd::Notify(a)) => notify::run(&a, opts),
         Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {

@@ -3,10 +3,12 @@
 //! with the ratios to the kernel.
 
 use crate::child::Between;
-use crate::harness::{Case, Column, Harness, Run, RunArgs, MIN_RUNS};
-use crate::lmbench::{arms, bw_case, bw_once, idle_once, lat_case, lat_once};
-use crate::pipe_bench::{self, variants, Workload};
+use crate::harness::{Harness, Run, RunArgs, MIN_RUNS};
 use crate::transport::{PipeConfig, Transport};
+use crate::workloads::bw::{bw_case, bw_once};
+use crate::workloads::idle::{idle_case, idle_once};
+use crate::workloads::lat::{lat_case, lat_once};
+use crate::workloads::pipe::{self, variants, Workload};
 use pagepipe::PoolPolicy;
 use std::io;
 use std::time::Duration;
@@ -63,13 +65,9 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
                 },
                 between,
             };
-            let columns = [
-                pipe_bench::COLUMNS[0],
-                pipe_bench::COLUMNS[1],
-                pipe_bench::COLUMNS[3],
-            ];
-            let case = pipe_bench::case(&vs, w, r, between, &columns);
-            harness.run(case, |i| pipe_bench::measure(vs[i], &wl))?;
+            let columns = [pipe::COLUMNS[0], pipe::COLUMNS[1], pipe::COLUMNS[3]];
+            let case = pipe::case(&vs, w, r, between, &columns);
+            harness.run(case, |i| pipe::measure(vs[i], &wl))?;
         }
     }
     let cfg = PipeConfig::default();
@@ -111,12 +109,62 @@ fn peers(transports: &[Transport], between: Between) -> Vec<Transport> {
     ts
 }
 
-/// CPU of a reader blocked on an empty pipe for `wait`.
-pub fn idle_case(transports: &[Transport], between: Between, wait: Duration) -> Case {
-    Case {
-        bench: "idle",
-        title: between.title(&format!("idle reader {} s", wait.as_secs_f64())),
-        arms: arms(transports),
-        columns: vec![Column::new("cpu_pct", "% of a core", 1.0, 3)],
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transport_moves_bytes_between_processes() {
+        let _serial = crate::child::tests::serial();
+        let short = Duration::from_millis(30);
+        let mut all = vec![Transport::Kernel, Transport::Unix, Transport::Pagepipe];
+        if cfg!(feature = "iceoryx2") {
+            all.extend([Transport::Iceoryx2, Transport::Iceoryx2Spin]);
+        }
+        for t in [Transport::Rtrb, Transport::PagepipeChunk] {
+            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Threads);
+            let bw = bw.unwrap();
+            assert!(bw.get("mbps").unwrap() > 0.0, "{t:?}");
+            assert!(bw.get("core_rtt_ns").unwrap() > 0.0, "{t:?}");
+            let lat = lat_once(t, short, Between::Threads).unwrap();
+            assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
+        }
+        let e = bw_once(
+            Transport::Rtrb,
+            &PipeConfig::default(),
+            65536,
+            short,
+            Between::Processes,
+        );
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::Unsupported);
+        all.push(Transport::PagepipeChunk);
+        for t in all {
+            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Processes);
+            assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
+            let lat = lat_once(t, short, Between::Processes).unwrap();
+            assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
+            let idle = idle_once(t, short, Between::Processes).unwrap();
+            assert_eq!(idle.config["between"], "processes");
+            if matches!(
+                t,
+                Transport::Iceoryx2 | Transport::Iceoryx2Spin | Transport::PagepipeChunk
+            ) {
+                continue; // one writer and one reader only
+            }
+            let v = crate::workloads::pipe::Variant {
+                transport: t,
+                pool: None,
+            };
+            let wl = crate::workloads::pipe::Workload {
+                writers: 2,
+                readers: 2,
+                msgsize: 4096,
+                duration: short,
+                pipe: PipeConfig::default(),
+                between: Between::Processes,
+            };
+            let run = crate::workloads::pipe::measure(v, &wl).unwrap();
+            assert!(run.record.get("writes_per_s").unwrap() > 0.0, "{t:?}");
+        }
     }
 }

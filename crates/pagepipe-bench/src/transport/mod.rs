@@ -2,6 +2,9 @@
 //! (through `read`/`write`, or in place through its chunk API), rtrb (a spinning byte ring,
 //! threads only), and with `--features iceoryx2`, iceoryx2.
 
+#[cfg(feature = "iceoryx2")]
+mod iox;
+
 use pagepipe::PoolPolicy;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -164,7 +167,7 @@ fn iceoryx2(
     one_each(Transport::Iceoryx2, writers, readers)?;
     #[cfg(feature = "iceoryx2")]
     {
-        let (w, r) = crate::iox::channel(cfg.pipe_size, spin);
+        let (w, r) = iox::channel(cfg.pipe_size, spin);
         Ok((vec![Box::new(w) as W], vec![Box::new(r) as R]))
     }
     #[cfg(not(feature = "iceoryx2"))]

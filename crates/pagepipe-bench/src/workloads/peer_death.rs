@@ -8,10 +8,9 @@
 //! slower than `--hang-ms` is counted as a hang and the stuck process killed. Every record is
 //! checked: lost (a gap, or fewer records than a writer saw published), duplicated, torn.
 
-use crate::child::{mono_ns, spawn, Between, Shm, Worker};
+use crate::child::{mono_ns, reader_hung_up, spawn, Between, Shm, Worker};
 use crate::common::{Histogram, Record};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs};
-use crate::lmbench::reader_hung_up;
 use crate::transport::{self, PipeConfig, Transport, R, W};
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;

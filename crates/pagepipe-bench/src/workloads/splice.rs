@@ -17,11 +17,9 @@
 //! in `readv`), and the best it can do is one memcpy of the data against the kernel's page
 //! reference counting.
 
-use crate::child::{spawn, Between, Flags, Worker};
+use crate::child::{spawn, until_hangup, Between, Flags, Worker, CHILD_GRACE};
 use crate::common::{Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::lmbench::until_hangup;
-use crate::pipe_bench::CHILD_GRACE;
 use crate::transport::kernel_pipe;
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};

@@ -9,10 +9,9 @@
 //! kernel has none (`ENOPKG`), as on the machine this was written on; posting through key
 //! updates is not implemented, for want of a kernel to check it against.
 
-use crate::child::{spawn, Between, Flags};
+use crate::child::{spawn, Between, Flags, CHILD_GRACE};
 use crate::common::Record;
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::pipe_bench::CHILD_GRACE;
 use pagepipe::{Builder, Notification, Notifier};
 use std::io::{self, Read};
 use std::time::{Duration, Instant};

@@ -3,12 +3,12 @@
 //! (`pagepipe`): lmbench's bandwidth with 64 KiB writes (`bw`) and 1-byte ping-pong round trip
 //! (`lat`), between two tasks of one multi-thread runtime (2 workers), or with `--between
 //! processes` between this process and a forked child, each with a runtime of its own.
+//!
+//! This module is the `async` subcommand (`async` is a keyword, hence its name).
 
-use crate::child::{spawn, Between, Flags};
+use crate::child::{reader_hung_up, spawn, Between, Flags, CHILD_GRACE};
 use crate::common::{Histogram, Record};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
-use crate::lmbench::reader_hung_up;
-use crate::pipe_bench::CHILD_GRACE;
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};

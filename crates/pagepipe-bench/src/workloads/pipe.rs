@@ -6,7 +6,7 @@
 //! per-write latency and the page faults and CPU the run cost (between processes: the sum of
 //! what every child spent over the measured window).
 
-use crate::child::{spawn, Between, Flags, Meter};
+use crate::child::{spawn, Between, Flags, Meter, CHILD_GRACE};
 use crate::common::{Histogram, MemoryHog, Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
 use crate::transport::{self, parse_pool, pool_name, PipeConfig, Transport, R, W};
@@ -112,9 +112,6 @@ impl Variant {
         Arm::labelled(self.transport.name(), self.label())
     }
 }
-
-/// How long a run may take beyond its duration before a child is declared hung.
-pub const CHILD_GRACE: Duration = Duration::from_secs(60);
 
 /// Runs the workload once on `v` and returns its metrics and write latencies.
 pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
