@@ -43,7 +43,7 @@ use pagepipe_sys as sys;
 pub mod tokio;
 
 pub use frag::{
-    Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
+    Frag, FragCache, FragStats, FrozenFrag, PreparedFrag, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
 };
 #[cfg(not(loom))]
 pub use pipe::{splice, tee};

@@ -18,12 +18,12 @@ use std::time::Duration;
 /// a write is skipped.
 ///
 /// ```
-/// let mut cache = pagepipe::FragCache::with_chunk_size(4096);
+/// let mut cache = pagepipe::FragCache::with_block_size(4096);
 /// let a = cache.alloc(4096);
 /// let b = cache.alloc(4096); // moves to a second chunk while `a` lives
 /// drop(a); // a's chunk becomes a spare chunk
 /// assert!(pagepipe::shrink() >= 4096);
-/// assert_eq!(cache.stats().spare_chunks, 0);
+/// assert_eq!(cache.stats().spare_blocks, 0);
 /// drop(b);
 /// ```
 pub fn shrink() -> usize {
