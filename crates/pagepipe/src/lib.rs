@@ -51,7 +51,7 @@ use pagepipe_sys as sys;
 
 pub use builder::{pipe, Builder, NotificationBuilder, DEFAULT_CAPACITY};
 pub use frag::{
-    Frag, FragBuilder, FragCache, FragStats, FrozenFrag, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
+    Frag, FragCache, FragStats, FrozenFrag, PreparedFrag, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
 };
 pub use pipe::notify::{
     Filter, Notification, NotificationReader, Notifier, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD,

@@ -8,18 +8,18 @@ use crate::sync::{Arc, Mutex};
 #[cfg(not(loom))]
 use std::sync::Weak;
 
-/// Gives every pipe's spare pages and every [`crate::FragCache`]'s spare chunks back to the OS
+/// Gives every pipe's spare pages and every [`crate::FragCache`]'s spare blocks back to the OS
 /// now, and returns how many bytes that released. Memory in use is never touched: pages holding
-/// pipe data, chunks with a live fragment, the chunk a cache is carving. A pipe in the middle of
+/// pipe data, blocks with a live fragment, the block a cache is carving. A pipe in the middle of
 /// a write is skipped.
 ///
 /// ```
-/// let mut cache = pagepipe::FragCache::with_chunk_size(4096);
+/// let mut cache = pagepipe::FragCache::with_block_size(4096);
 /// let a = cache.alloc(4096);
-/// let b = cache.alloc(4096); // moves to a second chunk while `a` lives
-/// drop(a); // a's chunk becomes a spare chunk
+/// let b = cache.alloc(4096); // moves to a second block while `a` lives
+/// drop(a); // a's block becomes a spare block
 /// assert!(pagepipe::shrink() >= 4096);
-/// assert_eq!(cache.stats().spare_chunks, 0);
+/// assert_eq!(cache.stats().spare_blocks, 0);
 /// drop(b);
 /// ```
 pub fn shrink() -> usize {

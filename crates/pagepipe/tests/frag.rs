@@ -1,12 +1,12 @@
 //! Property test of FragCache: random alloc / alloc_aligned / prepare+commit / prepare+abort /
 //! probe+commit / probe+abort / split_to / freeze+clone / drop / cross-thread drop sequences. A probe never
-//! refills (the chunk counters stay put) and never offers a byte of a live fragment. Live fragments never overlap, alignment
+//! refills (the block counters stay put) and never offers a byte of a live fragment. Live fragments never overlap, alignment
 //! holds, contents survive, and when everything is dropped every byte is accounted for: the
 //! cache's own counters read zero and a counting global allocator is back where it started.
 //!
 //! This binary holds one test on purpose: the counting allocator is process-wide.
 
-use pagepipe::{Frag, FragBuilder, FragCache, FrozenFrag};
+use pagepipe::{Frag, FragCache, FrozenFrag, PreparedFrag};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -74,7 +74,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0usize..3000).prop_map(Op::Alloc),
-        1 => (9000usize..20000).prop_map(Op::Alloc), // larger than a chunk
+        1 => (9000usize..20000).prop_map(Op::Alloc), // larger than a block
         2 => (0usize..2000, 0u32..13).prop_map(|(l, a)| Op::AllocAligned(l, a)),
         2 => (0usize..3000, 0usize..5000, 0u8..9).prop_map(|(a, b, c)| Op::Prepare(a.min(b), a.max(b), c)),
         2 => (0usize..5000, 0u8..9).prop_map(|(m, c)| Op::Probe(m, c)),
@@ -143,7 +143,7 @@ fn overlaps_live(room: &[u8], live: &[Live]) -> bool {
 
 /// What the test does with a builder, whether from `prepare` or `probe`: checks it offers no
 /// live byte, fills it, then commits `share` eighths of it (8: aborts).
-fn fill_and_commit(mut b: FragBuilder<'_>, live: &[Live], fill: u8, share: u8) -> Option<Frag> {
+fn fill_and_commit(mut b: PreparedFrag<'_>, live: &[Live], fill: u8, share: u8) -> Option<Frag> {
     assert!(!overlaps_live(&b, live), "a builder offered live bytes");
     b.fill(fill);
     if share == 8 {
@@ -158,7 +158,7 @@ fn fill_and_commit(mut b: FragBuilder<'_>, live: &[Live], fill: u8, share: u8) -
 /// The counters a refill or a dedicated allocation moves.
 fn refills(cache: &FragCache) -> (u64, u64, u64) {
     let s = cache.stats();
-    (s.chunks_allocated, s.chunks_reused, s.large_allocations)
+    (s.blocks_allocated, s.blocks_reused, s.large_allocations)
 }
 
 fn run_case(ops: &[Op]) {
@@ -172,7 +172,7 @@ fn run_case(ops: &[Op]) {
             drop(l);
         }
     });
-    let mut cache = FragCache::with_chunk_size(8192);
+    let mut cache = FragCache::with_block_size(8192);
     let mut live: Vec<Live> = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
         let fill = (i % 251) as u8 + 1;
@@ -270,8 +270,8 @@ fn run_case(ops: &[Op]) {
     dropper.join().unwrap();
     let s = cache.stats();
     assert_eq!(s.bytes_outstanding, 0, "{s:?}");
-    // Only the chunk being carved and parked spare chunks remain allocated.
-    assert!(s.bytes_mapped <= (s.spare_chunks + 1) * 8192, "{s:?}");
+    // Only the block being carved and parked spare blocks remain allocated.
+    assert!(s.bytes_mapped <= (s.spare_blocks + 1) * 8192, "{s:?}");
 }
 
 /// Waits for the background trimmer's transient allocations to settle, then reads LIVE.
@@ -307,7 +307,7 @@ fn random_fragment_sequences() {
         let after = settled_live(before);
         // Exact almost always; the process-wide trimmer thread and lazily built runtime state
         // (thread bookkeeping) occasionally hold a few hundred bytes across the measurement.
-        // A leaked chunk header is 128 bytes per chunk and a leaked large fragment over 9000,
+        // A leaked block header is 128 bytes per block and a leaked large fragment over 9000,
         // so leaks show in the sum over all cases, checked below.
         prop_assert!(after - before <= 1024, "{} bytes not given back to the global allocator", after - before);
         leaked.fetch_add(after - before, Ordering::Relaxed);

@@ -13,25 +13,25 @@ fn rss() -> usize {
 
 #[test]
 fn shrink_returns_spare_memory_and_keeps_what_is_in_use() {
-    const CHUNK: usize = 32 * 1024;
+    const BLOCK: usize = 32 * 1024;
     const N: usize = 48;
     let mut cache = FragCache::new();
-    // Whole-chunk fragments, all touched: N resident chunks.
+    // Whole-block fragments, all touched: N resident blocks.
     let mut frags: Vec<_> = (0..N)
         .map(|i| {
-            let mut f = cache.alloc(CHUNK);
+            let mut f = cache.alloc(BLOCK);
             f.fill(i as u8);
             f
         })
         .collect();
     let kept = frags.swap_remove(N / 2);
-    let mut small = cache.alloc(100); // a fragment on the chunk being carved
+    let mut small = cache.alloc(100); // a fragment on the block being carved
     small.fill(0xAB);
     let with_all = rss();
-    drop(frags); // N - 1 chunks lose their last fragment: they become spare chunks
+    drop(frags); // N - 1 blocks lose their last fragment: they become spare blocks
     let s = cache.stats();
     assert_eq!(s.large_allocations, 0);
-    assert!(s.spare_chunks < N, "{s:?}");
+    assert!(s.spare_blocks < N, "{s:?}");
 
     // A pipe with spare pages: the default pool keeps the pages data went through.
     let (mut w, mut r) = pagepipe::pipe().unwrap();
@@ -42,21 +42,21 @@ fn shrink_returns_spare_memory_and_keeps_what_is_in_use() {
     let released = pagepipe::shrink();
     let after = rss();
     let s = cache.stats();
-    assert_eq!(s.spare_chunks, 0, "{s:?}");
-    // Left: the kept fragment's chunk and the chunk being carved.
-    assert_eq!(s.bytes_mapped, 2 * CHUNK, "{s:?}");
-    // The background trimmer may have given back some spare chunks first; together with
+    assert_eq!(s.spare_blocks, 0, "{s:?}");
+    // Left: the kept fragment's block and the block being carved.
+    assert_eq!(s.bytes_mapped, 2 * BLOCK, "{s:?}");
+    // The background trimmer may have given back some spare blocks first; together with
     // shrink() all N - 1 went, and the resident set shows it.
     assert!(released > 0, "shrink() released nothing");
     assert!(
-        with_all.saturating_sub(after) >= (N - 4) * CHUNK,
+        with_all.saturating_sub(after) >= (N - 4) * BLOCK,
         "resident set went from {with_all} to {after} bytes; expected a drop of about {} bytes",
-        (N - 1) * CHUNK
+        (N - 1) * BLOCK
     );
     // Nothing in use was touched.
     assert!(kept.iter().all(|b| *b == (N / 2) as u8));
     assert!(small.iter().all(|b| *b == 0xAB));
-    let next = cache.alloc(100); // the carved chunk still works
+    let next = cache.alloc(100); // the carved block still works
     assert_ne!(next.as_ptr(), small.as_ptr());
     w.write_all(b"still works").unwrap();
     let mut got = [0u8; 11];

@@ -39,9 +39,9 @@ pub struct Args {
     /// Entries of the bounded queue between the push and the pop thread.
     #[arg(long, default_value_t = 512)]
     queue: usize,
-    /// FragCache chunk size in bytes (a power of two from 4096).
-    #[arg(long, default_value_t = pagepipe::DEFAULT_CHUNK_SIZE)]
-    chunk_size: usize,
+    /// FragCache block size in bytes (a power of two from 4096); `--chunk-size` is its old name.
+    #[arg(long, alias = "chunk-size", default_value_t = pagepipe::DEFAULT_BLOCK_SIZE)]
+    block_size: usize,
     /// Which workloads, comma-separated: cross, single, both (= synthetic: cross and single;
     /// page_frag_test), udp, tcp (real receive paths over loopback).
     #[arg(long, default_value = "both")]
@@ -123,11 +123,11 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
     }
     let schedule = net::parse_mix(&a.mix)?;
     let allocs = net::parse_allocs(a.alloc.as_deref())?;
-    if !a.chunk_size.is_power_of_two() || !(4096..=pagepipe::MAX_CHUNK_SIZE).contains(&a.chunk_size)
+    if !a.block_size.is_power_of_two() || !(4096..=pagepipe::MAX_BLOCK_SIZE).contains(&a.block_size)
     {
         return Err(invalid(format!(
-            "--chunk-size {} must be a power of two from 4096 to 1 GiB",
-            a.chunk_size
+            "--block-size {} must be a power of two from 4096 to 1 GiB",
+            a.block_size
         )));
     }
     let align = a.align.unwrap_or(1);
@@ -142,7 +142,7 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
     // Warm-up, not timed: first-touch page faults, thread start-up, allocator arenas.
     for t in TRANSPORTS {
         if cross {
-            cross_thread(t, a.size, align, a.count / 10 + 1, a.queue, a.chunk_size);
+            cross_thread(t, a.size, align, a.count / 10 + 1, a.queue, a.block_size);
         }
     }
     for workload in workloads {
@@ -163,7 +163,7 @@ pub fn run(a: &Args, opts: &RunArgs) -> std::io::Result<()> {
             batch: a.batch,
             rate: a.udp_rate,
             preload: a.udp_mode == "preload",
-            chunk_size: a.chunk_size,
+            block_size: a.block_size,
             queue: a.queue,
         };
         harness.run(net::case(&cfg, &allocs), |t| net::measure(&cfg, allocs[t]))?;
@@ -212,10 +212,10 @@ fn case(a: &Args, align: usize, workload: &str) -> Case {
 fn measure(a: &Args, align: usize, workload: &str, transport: &str) -> Run {
     let before = Usage::now();
     let (ns, count, size) = if workload == "cross_thread" {
-        let ns = cross_thread(transport, a.size, align, a.count, a.queue, a.chunk_size);
+        let ns = cross_thread(transport, a.size, align, a.count, a.queue, a.block_size);
         (ns, a.count, a.size.to_string())
     } else {
-        let ns = single_thread(transport, align, a.single_count, a.chunk_size);
+        let ns = single_thread(transport, align, a.single_count, a.block_size);
         (ns, a.single_count, "64..2048".to_string())
     };
     let usage = Usage::now().since(before);
@@ -225,7 +225,7 @@ fn measure(a: &Args, align: usize, workload: &str, transport: &str) -> Run {
         .config("align", align)
         .config("count", count)
         .config("queue", a.queue)
-        .config("chunk_size", a.chunk_size);
+        .config("block_size", a.block_size);
     rec.metric("ns_per_frag", ns);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
@@ -332,11 +332,11 @@ fn cross_thread(
     align: usize,
     count: usize,
     queue: usize,
-    chunk: usize,
+    block: usize,
 ) -> f64 {
     match transport {
         "fragcache" => push_pop(
-            FragSource(FragCache::with_chunk_size(chunk)),
+            FragSource(FragCache::with_block_size(block)),
             size,
             align,
             count,
@@ -351,9 +351,9 @@ fn cross_thread(
 }
 
 /// ns per fragment of the single-thread workload for `transport`.
-fn single_thread(transport: &str, align: usize, count: usize, chunk: usize) -> f64 {
+fn single_thread(transport: &str, align: usize, count: usize, block: usize) -> f64 {
     match transport {
-        "fragcache" => alloc_drop(FragSource(FragCache::with_chunk_size(chunk)), align, count),
+        "fragcache" => alloc_drop(FragSource(FragCache::with_block_size(block)), align, count),
         "system" => alloc_drop(RawSource(&SYSTEM), align, count),
         "mimalloc" => alloc_drop(RawSource(&MIMALLOC), align, count),
         "bytesmut" => alloc_drop(BytesSource(BytesMut::new()), align, count),

@@ -72,8 +72,8 @@ pub struct NetConfig {
     pub rate: u64,
     /// udp: the sender sends everything before the receiver starts (see the module docs).
     pub preload: bool,
-    /// FragCache chunk size.
-    pub chunk_size: usize,
+    /// FragCache block size.
+    pub block_size: usize,
     /// Entries of the receiver-to-worker queue.
     pub queue: usize,
 }
@@ -182,11 +182,11 @@ pub fn measure(cfg: &NetConfig, transport: &str) -> io::Result<Run> {
     };
     let before = Usage::now();
     let out = match (cfg.workload, transport) {
-        ("udp", "fragcache") => udp(cfg, FragRx(FragCache::with_chunk_size(cfg.chunk_size))),
+        ("udp", "fragcache") => udp(cfg, FragRx(FragCache::with_block_size(cfg.block_size))),
         ("udp", "system") => udp(cfg, RawRx(&SYSTEM)),
         ("udp", "mimalloc") => udp(cfg, RawRx(&MIMALLOC)),
         ("udp", "bytesmut") => udp(cfg, BytesRx(BytesMut::new())),
-        ("tcp", "fragcache") => tcp(cfg, &stream, FragFramer::new(tcp_chunk(cfg))),
+        ("tcp", "fragcache") => tcp(cfg, &stream, FragFramer::new(tcp_block(cfg))),
         ("tcp", "system") => tcp(cfg, &stream, CopyFramer::new(&SYSTEM)),
         ("tcp", "mimalloc") => tcp(cfg, &stream, CopyFramer::new(&MIMALLOC)),
         ("tcp", "bytesmut") => tcp(cfg, &stream, BytesFramer(BytesMut::new())),
@@ -199,8 +199,8 @@ pub fn measure(cfg: &NetConfig, transport: &str) -> io::Result<Run> {
         .config("msgs", cfg.msgs)
         .config("queue", cfg.queue);
     rec = match cfg.workload {
-        "tcp" => rec.config("chunk_size", tcp_chunk(cfg)),
-        _ => rec.config("chunk_size", cfg.chunk_size),
+        "tcp" => rec.config("block_size", tcp_block(cfg)),
+        _ => rec.config("block_size", cfg.block_size),
     };
     let sent = match cfg.workload {
         "tcp" => cfg.msgs.div_ceil(cfg.schedule.len()) * cfg.schedule.len(),
@@ -232,10 +232,10 @@ pub fn measure(cfg: &NetConfig, transport: &str) -> io::Result<Run> {
     Ok(rec.into())
 }
 
-/// FragCache's chunk size for `tcp`: at least two reads' worth (`2 * READ_MAX`), so a read gets
-/// the 64 KiB that `bytesmut` reserves rather than the rest of a 32 KiB chunk.
-fn tcp_chunk(cfg: &NetConfig) -> usize {
-    cfg.chunk_size.max(2 * READ_MAX)
+/// FragCache's block size for `tcp`: at least two reads' worth (`2 * READ_MAX`), so a read gets
+/// the 64 KiB that `bytesmut` reserves rather than the rest of a 32 KiB block.
+fn tcp_block(cfg: &NetConfig) -> usize {
+    cfg.block_size.max(2 * READ_MAX)
 }
 
 /// What the receiver saw.
@@ -518,7 +518,7 @@ mod tests {
             batch: 32,
             rate: 0,
             preload: false,
-            chunk_size: 32768,
+            block_size: 32768,
             queue: 64,
         }
     }

@@ -56,7 +56,7 @@ impl<T: Message> Message for Framed<T> {
     }
 }
 
-/// FragCache: read into `prepare(4 KiB, 64 KiB)` (the rest of the chunk), commit what was read,
+/// FragCache: read into `prepare(4 KiB, 64 KiB)` (the rest of the block), commit what was read,
 /// split frames off with `Frag::split_to`.
 pub(super) struct FragFramer {
     cache: FragCache,
@@ -65,9 +65,9 @@ pub(super) struct FragFramer {
 }
 
 impl FragFramer {
-    pub(super) fn new(chunk: usize) -> FragFramer {
+    pub(super) fn new(block: usize) -> FragFramer {
         FragFramer {
-            cache: FragCache::with_chunk_size(chunk),
+            cache: FragCache::with_block_size(block),
             pending: Frag::empty(),
         }
     }
