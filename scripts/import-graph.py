@@ -31,7 +31,7 @@ def resolve(root, mods, parts):
 
 def strip(text):
     text = re.sub(r"//[^\n]*", "", text)
-    m = re.search(r"#\[cfg\((all\()?test[,)][^\n]*\]\s*mod \w+ \{", text)
+    m = re.search(r"#\[cfg\((all\()?test[,)][^\n]*\]\s*(pub(\([a-z]+\))? )?mod \w+ \{", text)
     return text[: m.start()] if m else text
 
 
@@ -61,8 +61,10 @@ def main():
             else:
                 paths.append(base)
         # `use child::item` (2018 paths) in a lib.rs or mod.rs: relative to this module.
+        # lib.rs or mod.rs: `use child::item` and `child::item` paths (2018 paths) name this
+        # module's children.
         if is_mod:
-            for m in re.finditer(r"\buse\s+([a-z_0-9]+)((?:::[A-Za-z_0-9]+)*)(::\{[^;]*?\})?", text):
+            for m in re.finditer(r"(?<![:\w])([a-z_0-9]+)(?=::)((?:::[A-Za-z_0-9]+)*)", text):
                 if tuple(me + [m.group(1)]) in mods:
                     base = ["self", m.group(1)] + [p for p in m.group(2).split("::") if p]
                     paths.append(base)

@@ -1,7 +1,7 @@
 //! Resolving `SRC... DST` as cp does, walking trees, and copying one file through a temporary.
 
 use crate::cleanup::Temp;
-use crate::Args;
+use crate::cli::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
 use std::collections::BTreeSet;
