@@ -10,7 +10,7 @@
 //! A contended taker spins briefly, then sets [`WAITERS`] and sleeps on the word's low half (a
 //! shared futex) for at most [`TICK`]. When a tick passes with the same holder, it asks the OS
 //! whether that thread still exists; if not, it takes the lock over and tells its caller, who
-//! recovers the side's state (see `pipe::Shared::lock_read`). Nothing is trusted in the word:
+//! recovers the side's state (see `Shared::read_guard` in `pipe/shared.rs`). Nothing is trusted in the word:
 //! a value naming no live thread is a dead holder; a value naming the caller itself is reported
 //! as [`io::ErrorKind::Deadlock`] rather than waited on forever.
 //!

@@ -9,7 +9,7 @@
 //! (magic, version, slot size, reserved slot count, configuration) are loaded once when a process
 //! attaches, validated, and kept in [`Region`]'s own fields; they are never read from the region
 //! again. Every mutable word is loaded once per use into a local and checked before it sizes or
-//! places any access (see `pipe::Shared`); a bad one is `InvalidData`. Bytes of data are copied
+//! places any access (see `pipe::shared::Shared`); a bad one is `InvalidData`. Bytes of data are copied
 //! with raw-pointer copies only.
 //!
 //! Under `cfg(loom)` the same header lives on the heap with loom's atomics, so the ring, wait and
@@ -132,7 +132,7 @@ pub(crate) struct Header {
     pub(crate) ring_size: ColdU32,
     /// Slots data may use (Linux `max_usage`), at most `ring_size`.
     pub(crate) max_usage: ColdU32,
-    /// Free positions whose page is not resident (see `pipe::Shared::spare`). Advisory.
+    /// Free positions whose page is not resident (see `Shared::spare` in `pool/pages.rs`). Advisory.
     pub(crate) dropped: ColdU64,
     /// `O_NONBLOCK` of each end (indexed by [`Side::index`]), shared by every holder like a file description's.
     pub(crate) nonblocking: [ColdU32; 2],
@@ -157,7 +157,7 @@ pub(crate) struct Header {
     /// The reader consumed a record flagged LOSS and has not yet handed out the LOSS record
     /// (Linux `pipe->note_loss`); read and written only under the read side's lock.
     pub(crate) note_loss: ColdU32,
-    /// The reader's filters (`Reader::set_filter`), a sequence lock: `filter_seq` is odd while
+    /// The reader's filters (`NotificationReader::set_filter`), a sequence lock: `filter_seq` is odd while
     /// a filter is being written (under the read side's lock), and bumped again after; posters
     /// read the table between two equal even values. Values are untrusted numbers, never sizes.
     pub(crate) filter_seq: ColdU32,
@@ -203,7 +203,7 @@ pub(crate) const PACKET: u64 = 1 << 33;
 /// The reader released the slot (set with a CAS on the last slot, where a merge may race it; on
 /// other slots only when the page is also dropped). A published slot never carries it, except
 /// briefly between a reader's release and its tail update: a reader that died there leaves it
-/// set, and the next reader skips such slots (`pipe::Shared::lock_read`).
+/// set, and the next reader skips such slots (`Shared::read_guard` in `pipe/shared.rs`).
 pub(crate) const RELEASED: u64 = 1 << 34;
 /// The position's page was given back to the OS (or never touched): writing there faults.
 /// Meaningful only while the position is free; a free position without it holds a spare page.
@@ -480,7 +480,7 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
-        h.charged[READABLE].store(1, Ordering::Relaxed); // see pipe::create
+        h.charged[READABLE].store(1, Ordering::Relaxed); // see pipe::create::create
         for pos in 0..ring_size {
             self.slot(pos)
                 .state

@@ -34,7 +34,7 @@ use std::time::Duration;
 /// memory file, not the address): a waker in one process wakes a sleeper in another.
 ///
 /// Protocol: a sleeper reads the word, registers itself (in the ring index word, see
-/// `pipe::Shared::wait_readable`), rechecks its condition and only then calls [`Futex::wait`] with
+/// `End::wait_readable` in `pipe/end.rs`), rechecks its condition and only then calls [`Futex::wait`] with
 /// the value it read; a waker changes the condition, then calls [`Futex::wake_all`], which bumps the
 /// word before waking. A wake that races the sleeper's recheck changes the word, so the
 /// kernel's compare in FUTEX_WAIT fails and the sleeper goes round again: no lost wakeup.

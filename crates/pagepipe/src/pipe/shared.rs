@@ -289,7 +289,7 @@ impl Shared {
     /// [`Shared::lock_write`] without loading the head word to check the saved head against
     /// it, for `write`: a waiting reader polls that word, so loading it misses in the cache
     /// and waits for the line, on a round trip's critical path. The writer checks it where it
-    /// touches the word anyway: the publication's RMW returns it ([`super::writer::publish`]),
+    /// touches the word anyway: the publication's RMW returns it ([`publish`]),
     /// and a writer that finds the ring full checks before it waits or reports `WouldBlock`
     /// ([`WriteGuard::check_head`]), so a corrupt word never has it wait for room it cannot
     /// find. A write that only merges checks nothing: it touches the slot before the saved

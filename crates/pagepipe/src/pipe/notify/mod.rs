@@ -2,17 +2,17 @@
 //! [`Notifier`] that never sleeps, into a ring whose slots are all reserved for them.
 //!
 //! Shape. A notification pipe is a pipe whose ring holds one record per slot (at the start of
-//! the slot's page) and refuses data: there is no [`super::Writer`], only notifiers, and a
-//! [`Reader`] that reads whole records. The ring has `records.next_power_of_two()` slots, as
+//! the slot's page) and refuses data: there is no [`crate::Writer`], only notifiers, and a
+//! [`NotificationReader`] that reads whole records. The ring has `records.next_power_of_two()` slots, as
 //! Linux sizes a watch queue's pipe ring (its notes bitmap always has at least as many notes).
 //!
 //! The post protocol. Posters serialize among themselves on the write side's lock, taken with
-//! [`lock::Wait::Spin`]: they spin (and yield), never sleep, and hold it only to copy one record
+//! [`crate::lock::Wait::Spin`]: they spin (and yield), never sleep, and hold it only to copy one record
 //! and publish it; a poster that died holding it is taken over from, as a writer would be. They
 //! never take the read side's lock. The reader runs concurrently, as with any pipe:
 //! - room (`head - tail < ring_size`): the poster copies the record into slot `head`, sets the
 //!   slot's state to the record's length and publishes it with the head RMW.
-//! - full: the poster flags the last record, `head - 1`, with [`LOSS`] by a CAS on its state
+//! - full: the poster flags the last record, `head - 1`, with [`crate::region::LOSS`] by a CAS on its state
 //!   that fails if the reader released the slot meanwhile (the reader's release is a CAS on the
 //!   same word, so exactly one of the two happens first). The reader sees the flag when it
 //!   releases the record and hands out one LOSS record after it (Linux's `note_loss`).

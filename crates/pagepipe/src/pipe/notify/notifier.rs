@@ -59,7 +59,7 @@ impl Notifier {
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for a kind above 24 bits or a payload longer than
-    /// [`MAX_PAYLOAD`]; [`io::ErrorKind::BrokenPipe`] when no reader is left;
+    /// [`crate::MAX_PAYLOAD`]; [`io::ErrorKind::BrokenPipe`] when no reader is left;
     /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt.
     pub fn post(&self, n: &Notification) -> io::Result<bool> {
         let mut rec = [0u8; RECORD_MAX];

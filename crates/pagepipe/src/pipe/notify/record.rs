@@ -79,7 +79,7 @@ impl Notification {
     ///
     /// # Panics
     /// If `kind` does not fit 24 bits or the payload is longer than [`MAX_PAYLOAD`]
-    /// ([`Notifier::post`] reports those as `InvalidInput` instead).
+    /// ([`crate::Notifier::post`] reports those as `InvalidInput` instead).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut buf = [0u8; RECORD_MAX];
         let n = self
