@@ -7,176 +7,26 @@
 //! that measures one arm once and returns a [`Run`]. Everything else happens here, the same way
 //! for every benchmark, so a new one (`splice`, `notify`, `async`) touches no other module.
 
+mod args;
+mod case;
 mod meta;
 mod metric;
 mod plot;
 mod report;
 
+pub use args::{RunArgs, Runs, MIN_RUNS, RECOMMENDED_RUNS};
+pub use case::{Arm, Case, Column, Run};
 pub use report::print_table;
 
-use crate::common::{Histogram, Record};
 use indicatif::{ProgressBar, ProgressStyle};
 use report::{ArmStats, CaseResult};
 use std::io::{self, IsTerminal};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// How many runs: a fixed count, or until the ratios are known to ±5%.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Runs {
-    /// Exactly this many runs of every arm.
-    Fixed(usize),
-    /// At least [`MIN_RUNS`], then one more round at a time until every ratio's interval
-    /// is within ±5% of the ratio or `--budget` runs out.
-    Auto,
-}
-
-/// The fewest runs with a 95% interval (the median's and the paired ratio's both reach 95%
-/// from 6 runs): the default where runs are long, and where `--runs auto` starts looking.
-pub const MIN_RUNS: usize = 6;
-/// The runs a comparison needs to find a 5% difference with 80% power on this machine's
-/// run-time distribution (simulated in `stats`' tests): the default of a benchmark.
-pub const RECOMMENDED_RUNS: usize = 12;
 /// `--runs auto` stops here whatever the budget says.
 const AUTO_MAX_RUNS: usize = 1000;
 /// `--runs auto`'s target: every ratio interval within this fraction of its ratio.
 const AUTO_TARGET: f64 = 0.05;
-
-fn parse_runs(s: &str) -> Result<Runs, String> {
-    if s == "auto" {
-        return Ok(Runs::Auto);
-    }
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(Runs::Fixed(n)),
-        _ => Err(format!(
-            "--runs {s:?} must be a positive number or \"auto\""
-        )),
-    }
-}
-
-fn parse_budget(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(b) if b > 0.0 && b.is_finite() => Ok(b),
-        _ => Err(format!(
-            "--budget {s:?} must be a positive number of seconds"
-        )),
-    }
-}
-
-/// The options every subcommand (and the quick suite) shares.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct RunArgs {
-    /// Print one JSON object per line instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Runs per transport and configuration, alternating: a number, or `auto` (repeat until
-    /// every ratio's 95% interval is within ±5% of it, or --budget runs out). Default: 12 for
-    /// comparisons (pipe, bw, lat, frag), 6 in the quick suite and for dontcache.
-    #[arg(long, global = true, value_parser = parse_runs)]
-    pub runs: Option<Runs>,
-    /// With `--runs auto`: seconds each configuration may take before it stops anyway.
-    #[arg(long, global = true, default_value_t = 60.0, value_parser = parse_budget)]
-    pub budget: f64,
-    /// A/A check: run the first transport twice; the second is labelled NAME#2 and should come
-    /// out "(noise)" against the first.
-    #[arg(long, global = true)]
-    pub aa: bool,
-    /// Compare every transport with this one (a transport name) instead of the first listed.
-    #[arg(long, global = true, value_name = "NAME")]
-    pub baseline: Option<String>,
-    /// Write SVG charts into DIR (created if missing): medians with their intervals and the
-    /// ratios, and latency CDFs where the benchmark records latencies.
-    #[arg(long, global = true, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
-}
-
-/// One way of moving the bytes (or allocating, or writing) that a benchmark compares.
-#[derive(Clone, Debug)]
-pub struct Arm {
-    /// The JSON `transport` (e.g. `pagepipe`).
-    pub name: String,
-    /// The label in tables and charts (e.g. `pagepipe/adaptive:2`).
-    pub label: String,
-}
-
-impl Arm {
-    /// An arm whose label is its name.
-    pub fn new(name: impl Into<String>) -> Arm {
-        let name = name.into();
-        Arm {
-            label: name.clone(),
-            name,
-        }
-    }
-
-    /// An arm with a table label of its own.
-    pub fn labelled(name: impl Into<String>, label: impl Into<String>) -> Arm {
-        Arm {
-            name: name.into(),
-            label: label.into(),
-        }
-    }
-}
-
-/// A metric shown in the table (every metric goes to JSON).
-#[derive(Clone, Copy, Debug)]
-pub struct Column {
-    /// The metric's JSON name, with its unit (`mbps`, `lat_p99_ns`).
-    pub metric: &'static str,
-    /// Its table label, with the unit after scaling (`MB/s`, `p99 µs`).
-    pub label: &'static str,
-    /// Values are divided by this in the table and charts (1e3 for ns shown as µs).
-    pub scale: f64,
-    /// Decimals in the table.
-    pub decimals: usize,
-}
-
-impl Column {
-    /// A column.
-    pub const fn new(
-        metric: &'static str,
-        label: &'static str,
-        scale: f64,
-        decimals: usize,
-    ) -> Column {
-        Column {
-            metric,
-            label,
-            scale,
-            decimals,
-        }
-    }
-}
-
-/// One configuration of a benchmark, measured on every arm.
-#[derive(Clone, Debug)]
-pub struct Case {
-    /// The JSON `bench`.
-    pub bench: &'static str,
-    /// Its name in tables and charts (`pipe 1w/1r`, `seq-write`).
-    pub title: String,
-    /// What is compared; the first (or `--baseline`) is the one every ratio is relative to.
-    pub arms: Vec<Arm>,
-    /// Table rows; the first is the primary metric (charts, `--runs auto`).
-    pub columns: Vec<Column>,
-}
-
-/// What one run of one arm measured.
-pub struct Run {
-    /// Its metrics and configuration (the harness sets `transport`).
-    pub record: Record,
-    /// Latencies it recorded, if any: merged over runs into the CDF chart.
-    pub latency: Option<Histogram>,
-}
-
-impl From<Record> for Run {
-    fn from(record: Record) -> Run {
-        Run {
-            record,
-            latency: None,
-        }
-    }
-}
 
 /// An arm as the harness runs it: which of the case's arms it measures, and its names.
 struct Slot {
@@ -463,6 +313,7 @@ fn progress_bar(quiet: bool) -> ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::Record;
 
     fn fake_case(arms: &[&str]) -> Case {
         Case {
@@ -548,13 +399,5 @@ mod tests {
         let mut h = Harness::new(&opts, "fake", 1).unwrap();
         let err = h.run(fake_case(&["a"]), |_| unreachable!()).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-    }
-
-    #[test]
-    fn runs_parse() {
-        assert_eq!(parse_runs("auto"), Ok(Runs::Auto));
-        assert_eq!(parse_runs("7"), Ok(Runs::Fixed(7)));
-        assert!(parse_runs("0").is_err());
-        assert!(parse_budget("-1").is_err());
     }
 }

@@ -259,8 +259,8 @@ fn cdf_panel(area: &Area, r: &CaseResult, colours: &Colours) -> Draw<()> {
 mod tests {
     use super::*;
     use crate::common::{Histogram, Record};
+    use crate::harness::case::Run;
     use crate::harness::report::two_arm_fixture;
-    use crate::harness::Run;
     use std::time::Duration;
 
     fn runs(mbps: &[f64], lat_ns: u64) -> Vec<Run> {

@@ -1,8 +1,9 @@
 //! Statistics of a finished case, and how they are shown: JSON lines and the table.
 
+use super::args::Runs;
+use super::case::{Case, Column, Run};
 use super::meta::Meta;
 use super::metric::{better, Better};
-use super::{Case, Column, Run, Runs};
 use crate::common::Histogram;
 use crate::stats::{median_ci, ratio_ci, MedianCi, RatioCi, LEVEL};
 use serde_json::{json, Map, Value};
@@ -178,7 +179,10 @@ pub fn two_arm_fixture(base: &[Run], other: &[Run]) -> CaseResult {
     let case = Case {
         bench: "t",
         title: "bw test".into(),
-        arms: vec![super::Arm::new("kernel"), super::Arm::new("pagepipe")],
+        arms: vec![
+            super::case::Arm::new("kernel"),
+            super::case::Arm::new("pagepipe"),
+        ],
         columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
     };
     let b = samples_of(base);

@@ -7,10 +7,12 @@
 //! measures every allocator once, alternating; ratios are against the system allocator (or
 //! `--baseline`).
 
+mod alloc;
 mod net;
 
 use crate::common::{Record, Usage};
 use crate::harness::{Arm, Case, Column, Harness, Run, RunArgs, RECOMMENDED_RUNS};
+use alloc::{RawBuf, MIMALLOC, SYSTEM};
 use bytes::{Bytes, BytesMut};
 use pagepipe::{Frag, FragCache};
 use std::alloc::{GlobalAlloc, Layout};
@@ -252,24 +254,6 @@ impl Source for FragSource {
     }
 }
 
-/// A buffer from a `GlobalAlloc` used directly (not as the global allocator), freed on drop;
-/// what `Box<[u8]>` is, without zeroing and with any alignment.
-struct RawBuf<A: GlobalAlloc + 'static> {
-    ptr: NonNull<u8>,
-    layout: Layout,
-    alloc: &'static A,
-}
-
-// SAFETY: the buffer is owned memory; both allocators free memory from any thread.
-unsafe impl<A: GlobalAlloc + Sync + 'static> Send for RawBuf<A> {}
-
-impl<A: GlobalAlloc + 'static> Drop for RawBuf<A> {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from `self.alloc.alloc(self.layout)` in `RawSource::get`.
-        unsafe { self.alloc.dealloc(self.ptr.as_ptr(), self.layout) };
-    }
-}
-
 struct RawSource<A: GlobalAlloc + 'static>(&'static A);
 
 impl<A: GlobalAlloc + Sync + 'static> Source for RawSource<A> {
@@ -287,9 +271,6 @@ impl<A: GlobalAlloc + Sync + 'static> Source for RawSource<A> {
         }
     }
 }
-
-static SYSTEM: std::alloc::System = std::alloc::System;
-static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// bytes::BytesMut the way network code uses it: reserve a 32 KiB buffer, split fragments off
 /// its front and freeze them; `reserve` takes the buffer back in place once every fragment split

@@ -26,57 +26,29 @@
 //! the time from the first to the last one, and the drop share is reported beside them
 //! (`drop_pct`); `--udp-rate` paces a live sender. TCP loses nothing: its sender blocks.
 
+mod config;
+mod outcome;
+mod queue;
+mod sender;
 mod tcp;
 mod udp;
 
-use super::{RawBuf, MIMALLOC, SYSTEM};
+pub use config::NetConfig;
+
+use super::alloc::{MIMALLOC, SYSTEM};
 use crate::common::{Record, Usage};
 use crate::harness::{Arm, Case, Column, Run};
 use bytes::BytesMut;
-use pagepipe::{Frag, FragCache};
-use std::alloc::{GlobalAlloc, Layout};
+use config::{MAX_MSG, READ_MAX};
+#[cfg(doc)]
+use pagepipe::Frag;
+use pagepipe::FragCache;
 use std::io;
-use std::ptr::NonNull;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::time::Duration;
 use tcp::{frame_stream, tcp, BytesFramer, CopyFramer, FragFramer};
 use udp::{udp, BytesRx, FragRx, RawRx};
 
 /// The allocators compared, in table order; the first is the baseline.
 pub const TRANSPORTS: [&str; 4] = ["system", "fragcache", "mimalloc", "bytesmut"];
-
-/// Bytes of one receive slot (the kernel's 2 KiB page fragment of a receive buffer).
-pub const SLOT: usize = 2048;
-
-/// Largest message of a size mix: one slot minus room for nothing else.
-pub const MAX_MSG: usize = SLOT;
-
-/// Room `tcp` asks each read for, at least and at most.
-const READ_MIN: usize = 4096;
-const READ_MAX: usize = 64 * 1024;
-
-/// What one `udp` or `tcp` run is configured with.
-#[derive(Clone, Debug)]
-pub struct NetConfig {
-    /// `"udp"` or `"tcp"`.
-    pub workload: &'static str,
-    /// The size mix as given (`SIZE:WEIGHT,...`), for the JSON config.
-    pub mix: String,
-    /// Message sizes in send order (a shuffled expansion of the mix), cycled.
-    pub schedule: Vec<usize>,
-    /// Messages sent per run.
-    pub msgs: usize,
-    /// `recvmmsg` batch (udp).
-    pub batch: usize,
-    /// Datagrams per second the sender keeps to (0: as fast as it can).
-    pub rate: u64,
-    /// udp: the sender sends everything before the receiver starts (see the module docs).
-    pub preload: bool,
-    /// FragCache block size.
-    pub block_size: usize,
-    /// Entries of the receiver-to-worker queue.
-    pub queue: usize,
-}
 
 /// Parses a size mix `SIZE[:WEIGHT],...` into a send schedule of 1024 sizes, shuffled with a
 /// fixed seed so every run and allocator sees the same sequence.
@@ -238,49 +210,6 @@ fn tcp_block(cfg: &NetConfig) -> usize {
     cfg.block_size.max(2 * READ_MAX)
 }
 
-/// What the receiver saw.
-struct Outcome {
-    delivered: u64,
-    bytes: u64,
-    /// First to last datagram (udp), or first read to end of stream (tcp).
-    elapsed: Duration,
-    rx_cpu: ThreadCpu,
-    worker_cpu_s: f64,
-    rcvbuf: usize,
-}
-
-/// User and system CPU of the calling thread (`getrusage(RUSAGE_THREAD)`).
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadCpu {
-    user_s: f64,
-    sys_s: f64,
-}
-
-impl ThreadCpu {
-    fn now() -> ThreadCpu {
-        // SAFETY: rusage is plain data; zeroed is a valid value for getrusage to overwrite.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `ru` is a valid, writable rusage.
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        ThreadCpu {
-            user_s: secs(ru.ru_utime),
-            sys_s: secs(ru.ru_stime),
-        }
-    }
-
-    fn since(self, earlier: ThreadCpu) -> ThreadCpu {
-        ThreadCpu {
-            user_s: self.user_s - earlier.user_s,
-            sys_s: self.sys_s - earlier.sys_s,
-        }
-    }
-
-    fn total(self) -> f64 {
-        self.user_s + self.sys_s
-    }
-}
-
 /// Resets the process's peak RSS (`/proc/self/clear_refs`, value 5: see proc(5)), so that
 /// `peak_rss_bytes` is this run's. Where that is refused the peak is the process's so far.
 fn reset_peak_rss() {
@@ -295,214 +224,6 @@ fn peak_rss_bytes() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
-}
-
-/// A message on its way to the worker: the bytes it checksums.
-trait Message: Send + 'static {
-    fn payload(&self) -> &[u8];
-}
-
-impl Message for Frag {
-    fn payload(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Message for BytesMut {
-    fn payload(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Message for bytes::Bytes {
-    fn payload(&self) -> &[u8] {
-        self
-    }
-}
-
-/// A buffer from a `GlobalAlloc` with the length of the message it holds.
-struct LenBuf<A: GlobalAlloc + 'static> {
-    raw: RawBuf<A>,
-    /// Invariant: the first `len` bytes are initialized, `len <= raw.layout.size()`.
-    len: usize,
-}
-
-impl<A: GlobalAlloc + Sync + 'static> Message for LenBuf<A> {
-    fn payload(&self) -> &[u8] {
-        // SAFETY: the first `len` bytes are initialized and inside the allocation (type
-        // invariant); the buffer is owned, so no one writes them meanwhile.
-        unsafe { std::slice::from_raw_parts(self.raw.ptr.as_ptr(), self.len) }
-    }
-}
-
-/// The receiver's end of the queue to the worker. Messages travel in batches (one per
-/// `recvmmsg` call or TCP read) inside recycled `Vec`s, so a hand-off allocates nothing and a
-/// sleeping worker is woken once per batch, not per message; both ends sleep rather than spin,
-/// leaving the CPU to the other threads and the sender on this 2-core machine.
-struct Queue<M> {
-    full: SyncSender<Vec<M>>,
-    empty: Receiver<Vec<M>>,
-    cur: Vec<M>,
-}
-
-impl<M: Message> Queue<M> {
-    /// A queue holding up to `entries` messages in batches of `batch`, and its worker thread.
-    fn start(entries: usize, batch: usize) -> (Queue<M>, std::thread::JoinHandle<(u64, u64, f64)>) {
-        let batches = (entries / batch).max(2);
-        let (full, full_rx) = sync_channel::<Vec<M>>(batches);
-        let (empty_tx, empty) = sync_channel::<Vec<M>>(batches + 1);
-        for _ in 0..batches {
-            empty_tx
-                .send(Vec::with_capacity(batch))
-                .expect("the queue holds every batch");
-        }
-        let w = std::thread::spawn(move || worker(full_rx, empty_tx));
-        let q = Queue {
-            full,
-            empty,
-            cur: Vec::with_capacity(batch),
-        };
-        (q, w)
-    }
-
-    fn push(&mut self, m: M) {
-        self.cur.push(m);
-    }
-
-    /// Hands the messages pushed so far to the worker.
-    fn flush(&mut self) -> io::Result<()> {
-        if self.cur.is_empty() {
-            return Ok(());
-        }
-        let gone = || io::Error::other("the worker thread is gone");
-        let next = self.empty.recv().map_err(|_| gone())?;
-        let batch = std::mem::replace(&mut self.cur, next);
-        self.full.send(batch).map_err(|_| gone())
-    }
-}
-
-/// The worker: takes batches off the queue until the receiver hangs up, checksums each message
-/// and drops it there, and sends the empty batch back. Returns (messages, checksum, CPU
-/// seconds of the worker thread).
-fn worker<M: Message>(full: Receiver<Vec<M>>, empty: SyncSender<Vec<M>>) -> (u64, u64, f64) {
-    let cpu0 = ThreadCpu::now();
-    let (mut n, mut sum) = (0u64, 0u64);
-    while let Ok(mut batch) = full.recv() {
-        for m in batch.drain(..) {
-            sum = sum.wrapping_add(checksum(m.payload()));
-            n += 1;
-            release(m);
-        }
-        let _ = empty.send(batch); // fails only once the receiver is done
-    }
-    (n, sum, ThreadCpu::now().since(cpu0).total())
-}
-
-/// Sum of the bytes: reads every byte once (vectorized).
-fn checksum(b: &[u8]) -> u64 {
-    b.iter().map(|&x| u64::from(x)).sum()
-}
-
-/// Drops a message; a function of its own so a profile (callgrind) shows what freeing costs.
-#[inline(never)]
-fn release<M>(m: M) {
-    drop(m);
-}
-
-/// An uninitialized buffer of `size` (> 0) bytes from `alloc`, freed on drop.
-fn raw_buf<A: GlobalAlloc + 'static>(alloc: &'static A, size: usize) -> RawBuf<A> {
-    let layout = Layout::from_size_align(size, 1).expect("a message size fits isize");
-    // SAFETY: `layout` has a non-zero size (callers pass at least 1).
-    let ptr = unsafe { alloc.alloc(layout) };
-    RawBuf {
-        ptr: NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout)),
-        layout,
-        alloc,
-    }
-}
-
-fn named(what: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{what}: {e}"))
-}
-
-/// The sender process.
-struct Sender {
-    pid: libc::pid_t,
-    /// Set once `waitpid` reaped it.
-    status: Option<libc::c_int>,
-}
-
-impl Sender {
-    /// Forks a child that runs `body` and exits with its status. `body` must keep to what is
-    /// safe in the child of a multithreaded process: syscalls, no allocation, no locks.
-    fn fork(body: impl FnOnce() -> i32) -> io::Result<Sender> {
-        // SAFETY: fork(2); the child only runs `body` (syscalls on memory prepared before the
-        // fork, by the caller's contract) and leaves with _exit, running no destructors.
-        let pid = unsafe { libc::fork() };
-        match pid {
-            -1 => Err(named("fork the sender", io::Error::last_os_error())),
-            0 => {
-                let status = body();
-                // SAFETY: _exit(2) ends the child without running the parent's destructors.
-                unsafe { libc::_exit(status) }
-            }
-            pid => Ok(Sender { pid, status: None }),
-        }
-    }
-
-    /// Whether the sender has exited (reaping it if so).
-    fn exited(&mut self) -> io::Result<bool> {
-        let mut status = 0;
-        // SAFETY: waitpid(2) on our own child with a valid status pointer.
-        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-        if r < 0 {
-            return Err(named("waitpid the sender", io::Error::last_os_error()));
-        }
-        if r == self.pid {
-            self.status = Some(status); // reaped: `wait` reads it from here
-        }
-        Ok(self.status.is_some())
-    }
-
-    /// Waits until the sender has exited (reaping it).
-    fn join(&mut self) -> io::Result<()> {
-        if self.status.is_none() {
-            let mut s = 0;
-            // SAFETY: waitpid(2) on our own child with a valid status pointer.
-            if unsafe { libc::waitpid(self.pid, &mut s, 0) } < 0 {
-                return Err(named("waitpid the sender", io::Error::last_os_error()));
-            }
-            self.status = Some(s);
-        }
-        Ok(())
-    }
-
-    /// Waits for the sender; `Other` when it did not exit with status 0.
-    fn wait(mut self) -> io::Result<()> {
-        self.join()?;
-        let status = self.status.expect("join reaped it");
-        self.pid = 0;
-        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!(
-                "the sender process failed (wait status {status:#x})"
-            )))
-        }
-    }
-}
-
-impl Drop for Sender {
-    fn drop(&mut self) {
-        if self.pid > 0 && self.status.is_none() {
-            // An error path: do not leave the child running or unreaped.
-            // SAFETY: kill(2) and waitpid(2) on our own child.
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! `tcp`: a stream of length-prefixed frames split off the allocator's read buffer (see the
 //! parent module).
 
-use super::{
-    named, raw_buf, Frag, FragCache, LenBuf, Message, NetConfig, Outcome, Queue, Sender, ThreadCpu,
-    READ_MAX, READ_MIN,
-};
+use super::config::{NetConfig, READ_MAX, READ_MIN};
+use super::outcome::{Outcome, ThreadCpu};
+use super::queue::{raw_buf, LenBuf, Message, Queue};
+use super::sender::{named, Sender};
 use bytes::{Buf, BufMut, BytesMut};
+use pagepipe::{Frag, FragCache};
 use std::alloc::GlobalAlloc;
 use std::io;
 use std::net::{TcpListener, TcpStream};

@@ -1,11 +1,12 @@
 //! `udp`: datagrams of a size mix received with `recvmmsg` into receive slots of [`SLOT`]
 //! bytes from the allocator under test (see the parent module).
 
-use super::{
-    named, raw_buf, Frag, FragCache, LenBuf, Message, NetConfig, Outcome, Queue, Sender, ThreadCpu,
-    MAX_MSG, SLOT,
-};
+use super::config::{NetConfig, MAX_MSG, SLOT};
+use super::outcome::{Outcome, ThreadCpu};
+use super::queue::{raw_buf, LenBuf, Message, Queue};
+use super::sender::{named, Sender};
 use bytes::{BufMut, BytesMut};
+use pagepipe::{Frag, FragCache};
 use std::alloc::GlobalAlloc;
 use std::io;
 use std::net::UdpSocket;
