@@ -36,19 +36,15 @@ pub fn sealed_memfd(len: u64) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Size in bytes and seals of a memory file received from elsewhere (`fstat(2)`,
-/// `F_GET_SEALS`), for validation before mapping it.
+/// Size in bytes and seals of a memory file received from elsewhere (`F_GET_SEALS`, then
+/// `fstat(2)`), for validation before mapping it.
+///
+/// Seals before size: the sender may still hold the file and change it between two calls. Once
+/// `F_SEAL_SHRINK` is seen it can never be removed, so a size read after it can only have grown
+/// since; read the other way round, a sender could shrink the file and then seal it between the
+/// two calls, and the size returned would be one the file no longer has (a mapping of it would
+/// fault with SIGBUS).
 pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is writable for the call; the fd is borrowed from a live descriptor.
-    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("descriptor {} is not a memory file", fd.as_raw_fd()),
-        ));
-    }
     // SAFETY: F_GET_SEALS touches no user memory.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 {
@@ -59,6 +55,16 @@ pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
                 fd.as_raw_fd(),
                 io::Error::last_os_error()
             ),
+        ));
+    }
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call; the fd is borrowed from a live descriptor.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("descriptor {} is not a memory file", fd.as_raw_fd()),
         ));
     }
     Ok((st.st_size as u64, seals))
@@ -72,4 +78,25 @@ pub fn file_id(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     // SAFETY: fstat writes one `stat` to the pointer we pass.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     Ok((st.st_dev, st.st_ino))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn sealed_memfd_reports_its_size_and_seals() {
+        let fd = sealed_memfd(8192).unwrap();
+        let (size, seals) = memfd_info(fd.as_fd()).unwrap();
+        assert_eq!(size, 8192);
+        assert_ne!(seals & libc::F_SEAL_SHRINK, 0);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_sealed_is_refused() {
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let e = memfd_info(f.as_fd()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
 }

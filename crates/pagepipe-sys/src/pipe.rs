@@ -1,4 +1,5 @@
-//! Kernel pipes: making them, telling their ends apart, one-byte signals (`pipe2(2)`, `read(2)`, `write(2)`, `FIONREAD`, `F_SETPIPE_SZ`).
+//! Kernel pipes: making them, telling their ends apart, one-byte signals (`pipe2(2)`,
+//! `preadv2(2)`/`pwritev2(2)` with `RWF_NOWAIT`, `FIONREAD`, `F_SETPIPE_SZ`).
 
 use crate::cvt;
 use std::io;
@@ -32,41 +33,73 @@ pub fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
     })
 }
 
-/// Writes one byte to a non-blocking descriptor (`write(2)`); a full pipe is `WouldBlock`.
+/// Writes one byte to a pipe without blocking, whatever the descriptor's `O_NONBLOCK` says
+/// (`pwritev2(2)` at the current position with `RWF_NOWAIT`); a full pipe is `WouldBlock`.
+///
+/// `O_NONBLOCK` belongs to the open file description, which every process holding a copy of
+/// the descriptor shares, and any of them may clear it with `fcntl(F_SETFL)`: a call that must
+/// not block cannot rely on it. `RWF_NOWAIT` is this call's own. Kernels that do not take
+/// `RWF_NOWAIT` on pipes (before Linux 5.8: `EOPNOTSUPP`) get a plain `write(2)`, which then
+/// relies on the flag.
 pub fn write_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     let b = 1u8;
-    loop {
-        // SAFETY: writes one byte from a live local.
-        let rc = unsafe { libc::write(fd.as_raw_fd(), (&b as *const u8).cast(), 1) };
-        if rc == 1 {
-            return Ok(());
+    let iov = libc::iovec {
+        iov_base: (&b as *const u8).cast_mut().cast(),
+        iov_len: 1,
+    };
+    one_byte(|nowait| {
+        if nowait {
+            // SAFETY: the kernel reads one byte from `iov`, which points at a live local.
+            unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) }
+        } else {
+            // SAFETY: writes one byte from a live local.
+            unsafe { libc::write(fd.as_raw_fd(), (&b as *const u8).cast(), 1) }
         }
-        let e = io::Error::last_os_error();
-        if rc < 0 && e.kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        return Err(e);
-    }
+    })
 }
 
-/// Reads one byte from a non-blocking descriptor (`read(2)`); an empty pipe is `WouldBlock`.
+/// Reads one byte from a pipe without blocking, whatever the descriptor's `O_NONBLOCK` says
+/// (`preadv2(2)` at the current position with `RWF_NOWAIT`; see [`write_byte`]); an empty pipe
+/// is `WouldBlock`, one with no writer left `UnexpectedEof`.
 pub fn read_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     let mut b = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut b as *mut u8).cast(),
+        iov_len: 1,
+    };
+    one_byte(|nowait| {
+        if nowait {
+            // SAFETY: the kernel writes at most one byte through `iov`, into a live local.
+            unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) }
+        } else {
+            // SAFETY: reads at most one byte into a live local (the same one `iov` names).
+            unsafe { libc::read(fd.as_raw_fd(), iov.iov_base, 1) }
+        }
+    })
+}
+
+/// Whether this kernel takes `RWF_NOWAIT` on pipes (cleared at the first `EOPNOTSUPP`).
+static PIPE_NOWAIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Runs a one-byte transfer (`io(nowait)` returns the syscall's result) until it moves the
+/// byte or fails with something other than `EINTR`; 0 bytes is `UnexpectedEof`.
+fn one_byte(io: impl Fn(bool) -> isize) -> io::Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
     loop {
-        // SAFETY: reads at most one byte into a live local.
-        let rc = unsafe { libc::read(fd.as_raw_fd(), (&mut b as *mut u8).cast(), 1) };
+        let nowait = PIPE_NOWAIT.load(Relaxed);
+        let rc = io(nowait);
         if rc == 1 {
             return Ok(());
         }
-        let e = io::Error::last_os_error();
-        if rc < 0 && e.kind() == io::ErrorKind::Interrupted {
-            continue;
+        if rc == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
         }
-        return Err(if rc == 0 {
-            io::Error::from(io::ErrorKind::UnexpectedEof)
-        } else {
-            e
-        });
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) if nowait => PIPE_NOWAIT.store(false, Relaxed),
+            _ => return Err(e),
+        }
     }
 }
 
@@ -82,4 +115,41 @@ pub fn fionread(fd: BorrowedFd<'_>) -> io::Result<usize> {
 pub fn set_pipe_size(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     // SAFETY: fcntl on a borrowed descriptor touches no user memory.
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// A byte moves without blocking even when someone cleared `O_NONBLOCK` on the shared
+    /// open file description.
+    #[test]
+    fn one_byte_moves_never_block_whatever_o_nonblock_says() {
+        let (r, w) = os_pipe().unwrap(); // blocking descriptors, as a peer could leave them
+        assert_eq!(
+            read_byte(r.as_fd()).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        set_pipe_size(w.as_fd(), 4096).unwrap();
+        let mut written = 0;
+        loop {
+            match write_byte(w.as_fd()) {
+                Ok(()) => written += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(written, 4096);
+        assert_eq!(fionread(r.as_fd()).unwrap(), 4096);
+        read_byte(r.as_fd()).unwrap();
+        drop(w);
+        for _ in 1..4096 {
+            read_byte(r.as_fd()).unwrap();
+        }
+        assert_eq!(
+            read_byte(r.as_fd()).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
 }
