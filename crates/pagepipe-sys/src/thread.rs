@@ -1,4 +1,7 @@
-//! Threads and processes: ids, start times from procfs, fork handlers (`gettid(2)`, `proc(5)`, `pthread_atfork(3)`).
+//! Threads and processes: ids, start times from procfs, fork handlers (`gettid(2)`, `proc(5)`,
+//! `pthread_atfork(3)`).
+
+use std::io;
 
 /// The calling thread's id (`gettid(2)`).
 pub fn gettid() -> u32 {
@@ -6,24 +9,60 @@ pub fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// What `/proc/<tid>/stat` says of a thread: `None` if it does not exist (or is a zombie or
-/// dead), else the low 32 bits of its start time in clock ticks since boot.
-pub fn thread_start_time(tid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+/// What `/proc/<tid>/stat` says of a thread (`proc(5)`): `Ok(Some(start))` with the low 32
+/// bits of its start time in clock ticks since boot; `Ok(None)` if no such thread exists (or it
+/// is a zombie or dead); `Err` when it cannot be told: procfs missing, out of descriptors or
+/// memory, an unreadable entry. Callers must not read an error as "dead": the thread may be
+/// alive and holding something.
+///
+/// A missing entry is told apart from a missing procfs by `/proc/self/stat`, checked with
+/// `stat(2)` (which needs no descriptor).
+pub fn thread_start_time(tid: u32) -> io::Result<Option<u32>> {
+    let stat = match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            std::fs::metadata("/proc/self/stat").map_err(|e| {
+                io::Error::new(e.kind(), format!("procfs is not readable here: {e}"))
+            })?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let malformed = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("/proc/{tid}/stat does not parse: {stat:?}"),
+        )
+    };
     // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
+    let rest = &stat[stat.rfind(')').ok_or_else(malformed)? + 1..];
     let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?; // field 3
+    let state = fields.next().ok_or_else(malformed)?; // field 3
     if matches!(state, "Z" | "X" | "x") {
-        return None;
+        return Ok(None);
     }
     // Field 22 (starttime) is the 20th after the state.
-    let start: u64 = fields.nth(18)?.parse().ok()?;
-    Some(start as u32)
+    let start: u64 = fields
+        .nth(18)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(malformed)?;
+    Ok(Some(start as u32))
 }
 
 /// Registers fork handlers around `fork(2)` (`pthread_atfork(3)`).
 pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
     // SAFETY: registers plain function pointers.
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_of_live_and_missing_threads() {
+        assert!(thread_start_time(gettid()).unwrap().is_some());
+        // Thread ids never reach 2^31 (PID_MAX_LIMIT is 2^22).
+        assert_eq!(thread_start_time(1 << 31).unwrap(), None);
+    }
 }

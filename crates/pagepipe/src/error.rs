@@ -40,3 +40,16 @@ pub(crate) fn ebusy() -> io::Error {
 pub(crate) fn enobufs() -> io::Error {
     io::Error::from_raw_os_error(libc::ENOBUFS)
 }
+
+/// Whether thread `tid`, named by a side lock, is alive could not be told (`cause`): the lock
+/// is not taken over (it may be held by a live thread) and the caller gets this error, of the
+/// cause's kind.
+#[cold]
+pub(crate) fn unknown_holder(tid: u32, cause: io::Error) -> io::Error {
+    io::Error::new(
+        cause.kind(),
+        format!(
+            "cannot tell whether thread {tid}, which holds a side of the pipe, is alive: {cause}"
+        ),
+    )
+}

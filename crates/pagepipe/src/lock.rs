@@ -17,6 +17,8 @@
 //! Why not robust pthread mutexes: their layout is libc's, the kernel walks list pointers that
 //! a hostile peer could write, and loom cannot model them (DESIGN.md, "Cross-process").
 
+#[cfg(not(loom))]
+use crate::error::unknown_holder;
 use crate::sync::{AtomicU64, Ordering};
 use std::io;
 use std::time::{Duration, Instant};
@@ -93,7 +95,7 @@ impl SideLock {
     /// it; `Deadlock` if the word names the calling thread (it already holds this lock, for
     /// example through a chunk, or a peer wrote our identity into the region).
     pub(crate) fn lock(&self, wait: Wait) -> io::Result<Taken> {
-        let me = me();
+        let me = me()?;
         // Acquire: pairs with the Release swap in `unlock`, so the previous holder's writes to
         // the side's state are visible to us.
         match self
@@ -109,9 +111,12 @@ impl SideLock {
     /// no look at a holder. For fast paths that fall back to [`SideLock::lock`] when it fails.
     #[inline]
     pub(crate) fn try_lock(&self) -> bool {
+        let Ok(me) = me() else {
+            return false; // `lock` reports why
+        };
         // Acquire: as in `lock`.
         self.word
-            .compare_exchange(0, me(), Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
@@ -138,7 +143,7 @@ impl SideLock {
                 continue;
             }
             let never = matches!(wait, Wait::Never);
-            if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur) {
+            if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur)? {
                 if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
@@ -193,7 +198,7 @@ impl SideLock {
                 Look::Held => {}
             }
             turns = turns.wrapping_add(1);
-            if turns % SPIN_CHECK == 0 && !holder_alive(cur) {
+            if turns % SPIN_CHECK == 0 && !holder_alive(cur)? {
                 if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
@@ -246,10 +251,11 @@ impl SideLock {
             .is_ok()
     }
 
-    /// Whether a live thread holds the lock (a snapshot).
+    /// Whether a live thread holds the lock (a snapshot). A holder whose liveness cannot be
+    /// told counts as live: nothing is taken from it.
     pub(crate) fn held_by_live(&self) -> bool {
         let cur = self.word.load(Ordering::Relaxed);
-        cur & TID_MASK != 0 && holder_alive(cur)
+        cur & TID_MASK != 0 && holder_alive(cur).unwrap_or(true)
     }
 
     /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker
@@ -310,16 +316,23 @@ const SPIN_YIELD: u32 = 1;
 const SPIN_CHECK: u32 = 1 << 12;
 
 /// Whether the thread a lock word names still exists (and is the same thread: same start time).
+///
+/// # Errors
+/// When that cannot be told (procfs missing or unreadable, no descriptor or memory left): the
+/// caller must not take the lock over, a live thread may hold it (fail closed).
 #[cfg(not(loom))]
-fn holder_alive(word: u64) -> bool {
+fn holder_alive(word: u64) -> io::Result<bool> {
     let tid = (word & TID_MASK) as u32;
-    crate::sys::thread::thread_start_time(tid) == Some((word >> 32) as u32)
+    match crate::sys::thread::thread_start_time(tid) {
+        Ok(start) => Ok(start == Some((word >> 32) as u32)),
+        Err(e) => Err(unknown_holder(tid, e)),
+    }
 }
 
 /// Under loom no thread dies: every holder is alive.
 #[cfg(loom)]
-fn holder_alive(_word: u64) -> bool {
-    true
+fn holder_alive(_word: u64) -> io::Result<bool> {
+    Ok(true)
 }
 
 #[cfg(not(loom))]
@@ -329,15 +342,21 @@ thread_local! {
 }
 
 /// The calling thread's lock identity: thread id and start time, computed once per thread.
+///
+/// # Errors
+/// When the start time cannot be read (procfs missing or unreadable, no descriptor left): an
+/// identity without it would read as a dead holder to every other taker.
 #[cfg(not(loom))]
-pub(crate) fn me() -> u64 {
+pub(crate) fn me() -> io::Result<u64> {
     ME.with(|c| {
         if c.get() == 0 {
             let tid = crate::sys::thread::gettid();
-            let start = crate::sys::thread::thread_start_time(tid).unwrap_or(0);
+            let start = crate::sys::thread::thread_start_time(tid)
+                .and_then(|s| s.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
+                .map_err(|e| unknown_holder(tid, e))?;
             c.set((u64::from(start) << 32) | (u64::from(tid) & TID_MASK));
         }
-        c.get()
+        Ok(c.get())
     })
 }
 
@@ -349,7 +368,7 @@ pub(crate) fn note_fork() {
 }
 
 #[cfg(loom)]
-pub(crate) fn me() -> u64 {
+pub(crate) fn me() -> io::Result<u64> {
     use std::sync::atomic::AtomicU64 as StdU64;
     static NEXT: StdU64 = StdU64::new(1);
     loom::thread_local! {
@@ -360,7 +379,7 @@ pub(crate) fn me() -> u64 {
             let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TID_MASK + 1;
             c.set(id);
         }
-        c.get()
+        Ok(c.get())
     })
 }
 
@@ -370,18 +389,18 @@ mod tests {
 
     #[test]
     fn identity_names_a_live_thread() {
-        let me = me();
+        let me = me().unwrap();
         assert_ne!(me & TID_MASK, 0);
-        assert!(holder_alive(me));
+        assert!(holder_alive(me).unwrap());
         // A different start time is a different (dead) thread with a reused id.
-        assert!(!holder_alive(me ^ (1 << 40)));
+        assert!(!holder_alive(me ^ (1 << 40)).unwrap());
         // A thread that has exited is dead. `join` returns once the thread cleared its id, which
         // the kernel does before it finishes exiting: for a moment the task is still there (CI
         // saw it once), so allow it a second to go.
-        let other = std::thread::spawn(super::me).join().unwrap();
+        let other = std::thread::spawn(super::me).join().unwrap().unwrap();
         assert_ne!(other & TID_MASK, me & TID_MASK);
         let t = Instant::now();
-        while holder_alive(other) {
+        while holder_alive(other).unwrap() {
             assert!(
                 t.elapsed() < Duration::from_secs(1),
                 "an exited thread still alive"

@@ -312,7 +312,10 @@ fn consume(
     let mut n = 0;
     let mut error = None;
     let mut next_fetched = false; // whether the slot at `tail` was prefetched as the next one
-    while n < max {
+                                  // Slots that gave no byte. A writer publishes none, but a peer writing the region can
+                                  // publish empty slots as fast as we release them: the call ends after a ring's worth.
+    let mut empty = 0;
+    while n < max && empty <= ring.size {
         if tail == head {
             head = sh.load_head(tail, ring.size).unwrap_or_else(|e| {
                 error = Some(e);
@@ -344,6 +347,7 @@ fn consume(
         // the Acquire loads above; writers only append past `end`, so nobody writes it now.
         sink(n, ring.page(pos).wrapping_add(start), c);
         n += c;
+        empty += usize::from(c == 0);
         let packet_done = st & PACKET != 0 && packet_reads;
         if start + c < end && !packet_done {
             slot.start.store((start + c) as u64, Ordering::Relaxed);
@@ -505,5 +509,44 @@ impl std::fmt::Debug for Reader {
         f.debug_struct("Reader")
             .field("capacity", &self.capacity())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::CAN_MERGE;
+    use crate::ring::{self, ONE};
+
+    /// A peer that publishes an empty slot each time the reader looks at one (here: from the
+    /// reader's own sink, the most adversarial timing there is) cannot keep a read going: it
+    /// ends after a ring's worth of empty slots.
+    #[test]
+    fn consume_ends_under_a_flood_of_empty_slots() {
+        let (w, r) = crate::builder::pipe().unwrap();
+        let sh = &*r.end.shared;
+        let mut rs = sh.lock_read(crate::lock::Wait::Never).unwrap();
+        let size = rs.ring_size;
+        let publish_empty = || {
+            let h = sh.header();
+            let head = ring::index(h.head.word.load(Ordering::Relaxed));
+            let (_, slot) = Ring::new(&sh.region, size).slot(head);
+            slot.start.store(0, Ordering::Relaxed);
+            slot.state.store(CAN_MERGE, Ordering::Relaxed);
+            h.head.word.fetch_add(ONE, Ordering::Release);
+        };
+        publish_empty();
+        let mut looked = 0;
+        let n = consume(sh, &mut rs, 100, true, |_, _, len| {
+            assert_eq!(len, 0);
+            looked += 1;
+            assert!(looked < 10 * size, "a read kept consuming empty slots");
+            publish_empty();
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(looked, size + 1);
+        drop(rs);
+        drop(w);
     }
 }
