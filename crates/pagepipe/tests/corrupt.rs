@@ -223,3 +223,27 @@ fn a_moved_head_word_is_reported_by_the_writer() {
         t.elapsed()
     );
 }
+
+/// A peer that shrinks a slot under a live chunk: the caller's count, taken from the chunk
+/// before, no longer matches the region, and `consume` (and the splice family, which consume
+/// the count they moved) must not panic on it.
+#[test]
+fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
+    // The slot table starts a page into the region; a slot's state is `end | flags`.
+    const SLOT0_STATE: usize = 4096;
+    const CAN_MERGE: u64 = 1 << 32;
+    let (mut w, r): (Writer, Reader) = Builder::new().build().unwrap();
+    let map = Mapped::of(&w);
+    w.write_all(b"hello").unwrap();
+    let chunk = r.read_chunk().unwrap();
+    let n = chunk.len();
+    assert_eq!(n, 5);
+    map.poke(SLOT0_STATE, CAN_MERGE | 1); // the slot now ends after one byte
+    chunk.consume(n); // consumes what the region now says is there
+    r.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        (&r).read(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+}

@@ -469,16 +469,16 @@ impl ReadChunk<'_> {
         self.guard.tail == self.guard.cached_head
     }
 
-    /// Consumes the first `n` bytes of the chunk, freeing the slots they drain.
+    /// Consumes the first `n` bytes of the chunk, freeing the slots they drain; an `n` beyond
+    /// what the chunk holds consumes all of it.
     ///
-    /// # Panics
-    /// If `n` exceeds [`ReadChunk::len`].
+    /// The bounds are read from the shared region again here, not taken from an earlier
+    /// [`ReadChunk::len`] or [`ReadChunk::slices`]: across processes a hostile peer may have
+    /// changed them since, and a length computed from the region is never trusted twice (so
+    /// this never panics on what a peer wrote). A slot a peer corrupted since [`Reader::read_chunk`]
+    /// validated it stops the consumption early; the next read reports it.
     pub fn consume(mut self, n: usize) {
-        let len = self.len();
-        assert!(n <= len, "consume of {n} bytes from a chunk of {len} bytes");
         let sh = self.guard.sh;
-        // A slot a peer corrupted since read_chunk validated it stops the consumption early;
-        // the next read reports it.
         let _ = consume(sh, &mut self.guard, n, false, |_, _, _| {});
         self.end.sync();
     }
