@@ -17,7 +17,8 @@ pub(crate) struct Range {
 }
 
 impl Range {
-    /// The pages touched by a write of `len > 0` bytes at `offset`.
+    /// The pages touched by a write of `len > 0` bytes at `offset`, charged `len` (callers that
+    /// charge pages set `charged` themselves).
     pub(crate) fn of_write(offset: u64, len: u64) -> Range {
         debug_assert!(len > 0);
         let start = offset & !(PAGE - 1);
@@ -62,6 +63,13 @@ impl Range {
             start = end;
             Some(r)
         })
+    }
+
+    /// Bytes of pages both ranges cover (page aligned, as both ranges are).
+    pub(crate) fn overlap(&self, other: &Range) -> u64 {
+        self.end
+            .min(other.end)
+            .saturating_sub(self.start.max(other.start))
     }
 
     /// Absorbs `other` if the two touch or overlap; returns false (unchanged) otherwise.

@@ -36,8 +36,11 @@ pub struct Stats {
     /// written yet.
     pub mode: Mode,
     /// The most dirty bytes this writer had in flight at once. Fallback: the peak of the writer's
-    /// own counter (bytes written and not yet written back and dropped, an upper bound on its
-    /// dirty pages). Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
+    /// own counter, which counts whole pages dirtied and not yet written back and dropped (a
+    /// one-byte write counts the page it dirties): an upper bound on the pages its writes dirty.
+    /// Not counted: the page the kernel dirties again when a write extends the file past a
+    /// partly written last page (it zeroes the bytes past the old end), at most one per such
+    /// write. Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
     /// writes (0 where `cachestat` is missing).
     pub peak_dirty_bytes: u64,
     /// How many times a write found the writer over its window (plus any overdraft) and waited

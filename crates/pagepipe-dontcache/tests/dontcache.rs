@@ -245,6 +245,49 @@ fn fallback_window_bounds_dirty_data() {
     );
 }
 
+/// One-byte writes a page apart dirty a page each: the window bounds pages dirtied, not bytes
+/// written (counting bytes, the same writes to a growing file left 22 MB dirty under a 256 KiB
+/// window).
+///
+/// The file is sized first: a write that extends a file past a partly written last page makes
+/// the kernel dirty that page again (it zeroes the bytes past the old end), a page the writer
+/// did not write and does not count (measured: up to 0.6 MB under the same window; see
+/// `Stats::peak_dirty_bytes`).
+#[test]
+fn fallback_window_bounds_pages_not_bytes() {
+    const PAGE: u64 = 4096;
+    let t = TempFile(temp_path("sparse"));
+    let file = rw_file(&t.0);
+    file.set_len(8192 * PAGE).unwrap();
+    let mut w = Writer::with_mode(file, Mode::Fallback)
+        .unwrap()
+        .with_window(MIN_WINDOW);
+    let window = w.window() as u64;
+    let mut worst = 0; // the most dirty or under-writeback bytes the kernel reported
+    for i in 0..8192u64 {
+        w.write_all_at(b"x", i * PAGE).unwrap();
+        if i % 64 == 0 {
+            if let Ok(cs) = pagepipe_sys::fs::cachestat(w.file(), 0, 0) {
+                worst = worst.max((cs.nr_dirty + cs.nr_writeback) * PAGE);
+            }
+        }
+    }
+    let stats = w.finish().unwrap();
+    // The counter counts pages: it reached the window's quarter (where pacing starts), far
+    // beyond the 8 KiB of bytes written.
+    assert!(stats.peak_dirty_bytes >= window / 4, "{stats:?}");
+    assert!(
+        stats.peak_dirty_bytes <= window + PAGE + stats.peak_overdraft_bytes,
+        "{stats:?}"
+    );
+    // What the kernel saw: at most the counter's bound, plus the page a write dirtied before
+    // the writer counted it.
+    assert!(
+        worst <= window + 2 * PAGE + stats.peak_overdraft_bytes,
+        "{worst} bytes dirty or under writeback, window {window}: {stats:?}"
+    );
+}
+
 #[test]
 fn two_writers_share_the_flusher() {
     let handles: Vec<_> = (0..2u8)

@@ -134,19 +134,28 @@ impl Shared {
 
     /// Records a write of `len > 0` bytes at `offset`; returns the dirty bytes now in flight and
     /// whether the flusher should be kicked (a batch has accumulated).
+    ///
+    /// The counter counts pages dirtied, not bytes written: a write is charged the pages it
+    /// touches less those the last pending range already holds (a run of small writes into one
+    /// page charges that page once). Counting bytes let one-byte writes a page apart dirty a
+    /// page each while counting a byte, so the window bounded nothing. A page rewritten after
+    /// its range left the pending list is charged again: an overcount, never an undercount.
     pub(crate) fn record(&self, offset: u64, len: u64) -> (u64, bool) {
-        let range = Range::of_write(offset, len);
+        let mut range = Range::of_write(offset, len);
         let batch = kick_batch(self.window.load(Ordering::Relaxed));
+        let mut p = lock(&self.pending);
+        let held = p.ranges.last().map_or(0, |last| last.overlap(&range));
+        range.charged = range.len() - held;
+        let charged = range.charged;
         // Relaxed: counters; the wait for room (Writer::wait_for_room) orders its own loads, and
-        // an increase never lets a waiter go.
-        let old = self.dirty.fetch_add(len, Ordering::Relaxed);
-        if old == 0 {
-            // This writer's range is recorded below, after this increment, so the flusher's
-            // matching decrement (in drop_range, when the count returns to 0) comes after it.
+        // an increase never lets a waiter go. Incremented before the range is queued (under the
+        // pending lock, which the flusher takes to collect ranges), so the flusher's matching
+        // decrement (in drop_range) comes after it.
+        let old = self.dirty.fetch_add(charged, Ordering::Relaxed);
+        if old == 0 && charged > 0 {
             FLUSHER.active.fetch_add(1, Ordering::Relaxed);
         }
-        FLUSHER.total_dirty.fetch_add(len, Ordering::Relaxed);
-        let mut p = lock(&self.pending);
+        FLUSHER.total_dirty.fetch_add(charged, Ordering::Relaxed);
         if !p
             .ranges
             .last_mut()
@@ -154,12 +163,12 @@ impl Shared {
         {
             p.ranges.push(range);
         }
-        p.unkicked += len;
+        p.unkicked += charged;
         let kick = p.unkicked >= batch;
         if kick {
             p.unkicked = 0;
         }
-        (old + len, kick)
+        (old + charged, kick)
     }
 
     /// Whether this writer must wait before writing more: over its window plus the overdraft it
@@ -380,7 +389,7 @@ impl Shared {
         // store-load (Dekker) handshake: either the writer sees the new count or we see it
         // waiting.
         let old = self.dirty.fetch_sub(r.charged, Ordering::SeqCst);
-        if old == r.charged {
+        if r.charged > 0 && old == r.charged {
             // Relaxed: a heuristic count (see Writer::pace); paired with the increment in record.
             FLUSHER.active.fetch_sub(1, Ordering::Relaxed);
         }
