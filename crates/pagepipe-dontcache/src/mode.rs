@@ -37,10 +37,9 @@ pub struct Stats {
     pub mode: Mode,
     /// The most dirty bytes this writer had in flight at once. Fallback: the peak of the writer's
     /// own counter, which counts whole pages dirtied and not yet written back and dropped (a
-    /// one-byte write counts the page it dirties): an upper bound on the pages its writes dirty.
-    /// Not counted: the page the kernel dirties again when a write extends the file past a
-    /// partly written last page (it zeroes the bytes past the old end), at most one per such
-    /// write. Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
+    /// one-byte write counts the page it dirties, and a write that starts past a partly written
+    /// last page also counts that page, which the kernel dirties again to zero its tail): an
+    /// upper bound on the pages its writes dirty. Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
     /// writes (0 where `cachestat` is missing).
     pub peak_dirty_bytes: u64,
     /// How many times a write found the writer over its window (plus any overdraft) and waited

@@ -49,6 +49,10 @@ pub struct Writer {
     /// Auto until the first non-empty write, then Kernel or Fallback.
     mode: Mode,
     pos: u64,
+    /// The file's size as this writer knows it: its size when the writer was made, raised by
+    /// each of its writes (other writers may have grown it further: what matters here is only
+    /// whether a write starts past a partly written last page, see `write_fallback`).
+    end: u64,
     bytes_written: u64,
     peak_dirty: u64,
     /// The largest overdraft held (see [`Stats::peak_overdraft_bytes`]).
@@ -105,11 +109,13 @@ impl Writer {
     /// flusher threads cannot be started.
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
         check_regular(&file)?;
+        let end = file.metadata()?.len();
         let mut w = Writer {
             shared: Arc::new(Shared::new(file.as_raw_fd())),
             file,
             mode,
             pos: 0,
+            end,
             bytes_written: 0,
             peak_dirty: 0,
             peak_overdraft: 0,
@@ -322,7 +328,17 @@ impl Writer {
         if n == 0 {
             return Ok(0);
         }
-        let (dirty, kick) = self.shared.record(offset, n as u64);
+        let old_end = self.end;
+        self.end = old_end.max(offset + n as u64);
+        // A write that starts past a partly written last page makes the kernel dirty that page
+        // again (it zeroes the bytes past the old end): a page no write of ours touched, counted
+        // and written back as if we had (a clean or uncached one costs a page of the window).
+        let mut kick = false;
+        if offset / PAGE > old_end / PAGE && old_end % PAGE != 0 {
+            kick = self.shared.record(old_end, 1).1;
+        }
+        let (dirty, kick_now) = self.shared.record(offset, n as u64);
+        let kick = kick || kick_now;
         self.peak_dirty = self.peak_dirty.max(dirty);
         if kick {
             FLUSHER.kick();
