@@ -15,13 +15,23 @@ pub fn os_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Which end of a kernel pipe `fd` is: `Some(false)` for a read end, `Some(true)` for a write
-/// end, `None` if it is not a pipe (`fstat(2)`, `F_GETFL`).
+/// end, `None` if it is not a pipe made by `pipe(2)` (a named FIFO is not one) (`fstat(2)`,
+/// `fstatfs(2)`, `F_GETFL`).
 pub fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
     // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is writable for the call.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
     if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Ok(None);
+    }
+    // A named FIFO is S_IFIFO too, but lives on a filesystem of its own (and takes no
+    // RWF_NOWAIT): only pipes made by pipe(2) live on pipefs.
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fs` is writable for the call.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) })?;
+    if fs.f_type != PIPEFS_MAGIC {
         return Ok(None);
     }
     // SAFETY: F_GETFL touches no user memory.
@@ -40,7 +50,9 @@ pub fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
 /// the descriptor shares, and any of them may clear it with `fcntl(F_SETFL)`: a call that must
 /// not block cannot rely on it. `RWF_NOWAIT` is this call's own. Kernels that do not take
 /// `RWF_NOWAIT` on pipes (before Linux 5.8: `EOPNOTSUPP`) get a plain `write(2)`, which then
-/// relies on the flag.
+/// relies on the flag. `RWF_NOWAIT` does not cover the pipe's own mutex: a holder blocked
+/// inside the kernel on the same pipe (a `splice` from an idle socket) can still make this
+/// call wait.
 pub fn write_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     let b = 1u8;
     let iov = libc::iovec {
@@ -78,15 +90,16 @@ pub fn read_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     })
 }
 
-/// Whether this kernel takes `RWF_NOWAIT` on pipes (cleared at the first `EOPNOTSUPP`).
-static PIPE_NOWAIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+/// `statfs.f_type` of pipefs, where the pipes `pipe(2)` makes live (`include/uapi/linux/magic.h`).
+const PIPEFS_MAGIC: libc::__fsword_t = 0x5049_5045;
 
 /// Runs a one-byte transfer (`io(nowait)` returns the syscall's result) until it moves the
-/// byte or fails with something other than `EINTR`; 0 bytes is `UnexpectedEof`.
+/// byte or fails with something other than `EINTR`; 0 bytes is `UnexpectedEof`. Where this
+/// descriptor refuses `RWF_NOWAIT` (`EOPNOTSUPP`: a kernel before 5.8), this call alone falls
+/// back to the plain call: nothing a descriptor answers changes how others are treated.
 fn one_byte(io: impl Fn(bool) -> isize) -> io::Result<()> {
-    use std::sync::atomic::Ordering::Relaxed;
+    let mut nowait = true;
     loop {
-        let nowait = PIPE_NOWAIT.load(Relaxed);
         let rc = io(nowait);
         if rc == 1 {
             return Ok(());
@@ -97,7 +110,7 @@ fn one_byte(io: impl Fn(bool) -> isize) -> io::Result<()> {
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EOPNOTSUPP) if nowait => PIPE_NOWAIT.store(false, Relaxed),
+            Some(libc::EOPNOTSUPP) if nowait => nowait = false,
             _ => return Err(e),
         }
     }
@@ -124,6 +137,24 @@ mod tests {
 
     /// A byte moves without blocking even when someone cleared `O_NONBLOCK` on the shared
     /// open file description.
+    #[test]
+    fn a_named_fifo_is_not_a_pipe() {
+        let path = std::env::temp_dir().join(format!("pagepipe-fifo-{}", std::process::id()));
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let fifo = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true) // O_RDWR: opening does not wait for the other side
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(pipe_end_kind(fifo.as_fd()).unwrap(), None);
+        let (r, w) = os_pipe().unwrap();
+        assert_eq!(pipe_end_kind(r.as_fd()).unwrap(), Some(false));
+        assert_eq!(pipe_end_kind(w.as_fd()).unwrap(), Some(true));
+    }
+
     #[test]
     fn one_byte_moves_never_block_whatever_o_nonblock_says() {
         let (r, w) = os_pipe().unwrap(); // blocking descriptors, as a peer could leave them

@@ -18,7 +18,9 @@ pub fn gettid() -> u32 {
 /// A missing entry is told apart from a missing procfs by `/proc/self/stat`, checked with
 /// `stat(2)` (which needs no descriptor).
 pub fn thread_start_time(tid: u32) -> io::Result<Option<u32>> {
-    let stat = match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
+    // Bytes, not a String: the command name (field 2) is whatever the thread set, not
+    // necessarily UTF-8 (std cuts thread names to 15 bytes, even inside a character).
+    let stat = match std::fs::read(format!("/proc/{tid}/stat")) {
         Ok(stat) => stat,
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
             std::fs::metadata("/proc/self/stat").map_err(|e| {
@@ -31,11 +33,18 @@ pub fn thread_start_time(tid: u32) -> io::Result<Option<u32>> {
     let malformed = || {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("/proc/{tid}/stat does not parse: {stat:?}"),
+            format!(
+                "/proc/{tid}/stat does not parse: {:?}",
+                String::from_utf8_lossy(&stat)
+            ),
         )
     };
-    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')').ok_or_else(malformed)? + 1..];
+    // The command name may hold spaces and parentheses: fields resume after the last ')'.
+    let close = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .ok_or_else(malformed)?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).map_err(|_| malformed())?;
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next().ok_or_else(malformed)?; // field 3
     if matches!(state, "Z" | "X" | "x") {
@@ -64,5 +73,17 @@ mod tests {
         assert!(thread_start_time(gettid()).unwrap().is_some());
         // Thread ids never reach 2^31 (PID_MAX_LIMIT is 2^22).
         assert_eq!(thread_start_time(1 << 31).unwrap(), None);
+    }
+
+    #[test]
+    fn a_thread_name_cut_inside_a_character_still_parses() {
+        // 18 bytes of two-byte characters: the kernel keeps 15, ending inside one.
+        let start = std::thread::Builder::new()
+            .name("ααααααααα".into())
+            .spawn(|| thread_start_time(gettid()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(start.unwrap().is_some());
     }
 }

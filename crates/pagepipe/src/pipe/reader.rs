@@ -191,7 +191,7 @@ impl Reader {
         }
         loop {
             let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
-            let n = consume(sh, &mut rs, max, true, copy)?;
+            let n = consume(sh, &mut rs, max, (true, true), copy)?;
             if n > 0 {
                 self.end.sync();
                 return Ok(n);
@@ -201,7 +201,7 @@ impl Reader {
             // kernel: a killed writer bumps no counter, and an event loop woken by POLLHUP must
             // see end of file, not WouldBlock.
             if self.end.peer_gone(nonblocking) {
-                let n = consume(sh, &mut rs, max, true, copy);
+                let n = consume(sh, &mut rs, max, (true, true), copy);
                 self.end.sync();
                 return n;
             }
@@ -297,13 +297,15 @@ fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usi
 /// Consumes up to `max` queued bytes from the tail, handing each run to
 /// `sink(offset, first byte, length)`, and releases every slot it drains. With `packet_reads`,
 /// a packet slot is released after one run whatever is left of it, and consumption stops there
-/// (a read returns at most one packet). A corrupt slot stops it: the bytes consumed before are
-/// returned, and the error when there are none.
+/// (a read returns at most one packet). With `reload_head`, slots published meanwhile are
+/// consumed too (a read takes what is queued); without, only those up to the guard's
+/// `cached_head` (a chunk consumes what it showed). A corrupt slot stops it: the bytes consumed
+/// before are returned, and the error when there are none.
 fn consume(
     sh: &Shared,
     rs: &mut ReadGuard<'_>,
     max: usize,
-    packet_reads: bool,
+    (packet_reads, reload_head): (bool, bool),
     mut sink: impl FnMut(usize, *const u8, usize),
 ) -> io::Result<usize> {
     let (mut tail, mut head) = (rs.tail, rs.cached_head);
@@ -317,6 +319,9 @@ fn consume(
     let mut empty = 0;
     while n < max && empty <= ring.size {
         if tail == head {
+            if !reload_head {
+                break;
+            }
             head = sh.load_head(tail, ring.size).unwrap_or_else(|e| {
                 error = Some(e);
                 tail
@@ -437,6 +442,17 @@ fn release(
 /// slot's end). A hostile process mapping the region could change the bytes under you: treat
 /// them as untrusted input, and copy what you must read twice. pagepipe itself never
 /// interprets them, and checks every offset before it forms a slice.
+///
+/// A chunk stays on the thread that took it (it is not `Send`): the side it holds is held in
+/// that thread's name, and a chunk moved to another thread would outlive it if the thread
+/// exited (the side would then be taken over while still in use).
+///
+/// ```compile_fail,E0277
+/// fn on_another_thread<T: Send>(_: T) {}
+/// let (_w, r) = pagepipe::pipe()?;
+/// on_another_thread(r.read_chunk()?);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct ReadChunk<'a> {
     end: &'a End,
     guard: ReadGuard<'a>,
@@ -470,7 +486,8 @@ impl ReadChunk<'_> {
     }
 
     /// Consumes the first `n` bytes of the chunk, freeing the slots they drain; an `n` beyond
-    /// what the chunk holds consumes all of it.
+    /// what the chunk holds consumes all of it, and nothing published after the chunk was
+    /// taken.
     ///
     /// The bounds are read from the shared region again here, not taken from an earlier
     /// [`ReadChunk::len`] or [`ReadChunk::slices`]: across processes a hostile peer may have
@@ -479,7 +496,7 @@ impl ReadChunk<'_> {
     /// validated it stops the consumption early; the next read reports it.
     pub fn consume(mut self, n: usize) {
         let sh = self.guard.sh;
-        let _ = consume(sh, &mut self.guard, n, false, |_, _, _| {});
+        let _ = consume(sh, &mut self.guard, n, (false, false), |_, _, _| {});
         self.end.sync();
     }
 }
@@ -537,7 +554,7 @@ mod tests {
         };
         publish_empty();
         let mut looked = 0;
-        let n = consume(sh, &mut rs, 100, true, |_, _, len| {
+        let n = consume(sh, &mut rs, 100, (true, true), |_, _, len| {
             assert_eq!(len, 0);
             looked += 1;
             assert!(looked < 10 * size, "a read kept consuming empty slots");
@@ -548,5 +565,26 @@ mod tests {
         assert_eq!(looked, size + 1);
         drop(rs);
         drop(w);
+    }
+
+    /// A chunk consumes what it showed, never what was published after it was taken, however
+    /// large the count.
+    #[test]
+    fn a_chunk_consumes_only_what_it_holds() {
+        use std::io::Write;
+        let (mut w, r) = crate::builder::Builder::new()
+            .packet_mode(true)
+            .build()
+            .unwrap();
+        w.write_all(b"hello").unwrap();
+        let chunk = r.read_chunk().unwrap();
+        let n = chunk.len();
+        w.write_all(b"later").unwrap(); // a packet of its own, after the chunk's
+        chunk.consume(n + 100);
+        assert_eq!(r.len(), 5);
+        let chunk = r.read_chunk().unwrap();
+        assert_eq!(chunk.len(), 5);
+        chunk.consume(usize::MAX);
+        assert!(r.is_empty());
     }
 }

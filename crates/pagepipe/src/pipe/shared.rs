@@ -86,6 +86,10 @@ pub(crate) struct WriteGuard<'a> {
     /// sides held).
     pub(crate) ring_size: usize,
     pub(crate) limit: u64,
+    /// Not `Send`: the side lock's word names the thread that took it, and a guard moved to
+    /// another thread would outlive that identity (the taking thread may exit, and the side
+    /// would then be taken over from its live holder).
+    pub(crate) _thread: std::marker::PhantomData<*const ()>,
 }
 
 /// The read side, held: released on drop.
@@ -97,6 +101,8 @@ pub(crate) struct ReadGuard<'a> {
     pub(crate) cached_head: u64,
     pub(crate) ring_size: usize,
     pub(crate) limit: u64,
+    /// Not `Send`: see [`WriteGuard`].
+    pub(crate) _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for WriteGuard<'_> {
@@ -322,6 +328,7 @@ impl Shared {
             cached_tail,
             ring_size: 1,
             limit: 1,
+            _thread: std::marker::PhantomData,
         };
         g.ring_size = self.region.ring_size()?;
         g.limit = self.region.max_usage(g.ring_size)? as u64;
@@ -359,6 +366,7 @@ impl Shared {
             cached_head,
             ring_size: 1,
             limit: 1,
+            _thread: std::marker::PhantomData,
         };
         g.ring_size = self.region.ring_size()?;
         g.limit = self.region.max_usage(g.ring_size)? as u64;

@@ -512,6 +512,16 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
 /// process reads or writes them (the chunk holds the write side, and readers never look past
 /// `head`), but a hostile process mapping the region could; what it could change is only the
 /// bytes themselves, which pagepipe never interprets.
+///
+/// Like a [`ReadChunk`](crate::ReadChunk), a chunk stays on the thread that took it (it is not
+/// `Send`: the side it holds is held in that thread's name).
+///
+/// ```compile_fail,E0277
+/// fn on_another_thread<T: Send>(_: T) {}
+/// let (w, _r) = pagepipe::pipe()?;
+/// on_another_thread(w.write_chunk()?);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct WriteChunk<'a> {
     end: &'a End,
     guard: WriteGuard<'a>,
