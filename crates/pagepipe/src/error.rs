@@ -53,3 +53,16 @@ pub(crate) fn unknown_holder(tid: u32, cause: io::Error) -> io::Error {
         ),
     )
 }
+
+/// `TimedOut`: a side lock that a spinning taker (a notification poster) found held by the
+/// live thread `tid` for `waited`, longer than a holder ever keeps it; a word a peer wrote
+/// naming a live thread looks the same.
+#[cold]
+pub(crate) fn held_too_long(tid: u64, waited: std::time::Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!(
+            "a side of the pipe has been held by thread {tid} for {waited:?}; not waiting longer"
+        ),
+    )
+}

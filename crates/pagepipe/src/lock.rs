@@ -18,7 +18,7 @@
 //! a hostile peer could write, and loom cannot model them (DESIGN.md, "Cross-process").
 
 #[cfg(not(loom))]
-use crate::error::unknown_holder;
+use crate::error::{held_too_long, unknown_holder};
 use crate::sync::{AtomicU64, Ordering};
 use std::io;
 use std::time::{Duration, Instant};
@@ -43,9 +43,10 @@ pub(crate) enum Wait {
     /// Until the lock is free or its holder is found dead, at most until the deadline if any.
     Until(Option<Instant>),
     /// Until the lock is free or its holder is found dead, never sleeping: spins and yields,
-    /// asking the OS about the holder now and then. For notification posters, which must not
-    /// sleep and hold the lock only to copy one record (as the kernel's poster spins on its
-    /// queue's spinlock).
+    /// asking the OS about the holder now and then, for at most [`SPIN_PATIENCE`] (then
+    /// `TimedOut`: a word a peer wrote, naming a live thread that holds nothing, must not keep
+    /// a poster spinning). For notification posters, which must not sleep and hold the lock
+    /// only to copy one record (as the kernel's poster spins on its queue's spinlock).
     Spin,
 }
 
@@ -190,6 +191,8 @@ impl SideLock {
     #[cold]
     fn lock_spin(&self, me: u64) -> io::Result<Taken> {
         let mut turns = 0u32;
+        #[cfg(not(loom))]
+        let started = Instant::now();
         loop {
             let cur = self.word.load(Ordering::Relaxed);
             match self.look(cur, me, cur & WAITERS) {
@@ -205,6 +208,10 @@ impl SideLock {
                 continue;
             }
             if turns % SPIN_YIELD == 0 {
+                #[cfg(not(loom))]
+                if started.elapsed() >= SPIN_PATIENCE {
+                    return Err(held_too_long(cur & TID_MASK, SPIN_PATIENCE));
+                }
                 crate::sync::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -311,6 +318,11 @@ const SPINS: u32 = 0;
 const SPIN_YIELD: u32 = 64;
 #[cfg(loom)]
 const SPIN_YIELD: u32 = 1;
+/// The longest [`Wait::Spin`] waits for a holder that lives (a poster copies one record: a
+/// live holder keeps the lock for microseconds).
+#[cfg(not(loom))]
+pub(crate) const SPIN_PATIENCE: Duration = Duration::from_millis(100);
+
 /// [`Wait::Spin`] asks the OS whether the holder lives every this many turns (a `/proc` read:
 /// rare enough to cost nothing while a live holder copies its record).
 const SPIN_CHECK: u32 = 1 << 12;

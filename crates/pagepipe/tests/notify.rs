@@ -609,3 +609,31 @@ proptest! {
         }
     }
 }
+
+/// A peer writes a live, unrelated thread's identity (init's: pid 1 and its real start time)
+/// into the write side's lock: a post, which never sleeps, must not spin for ever either.
+#[test]
+fn a_post_gives_up_on_a_lock_a_peer_gave_to_a_live_stranger() {
+    const WRITE_SIDE_LOCK: usize = 640; // region.rs pins the header's offsets
+    let _serial = serial();
+    let (n, _r) = Builder::new().notifications(4).build().unwrap();
+    let stat = std::fs::read_to_string("/proc/1/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let start: u64 = rest
+        .split_ascii_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let init = (start & 0xffff_ffff) << 32 | 1;
+    let region = peer::Mapped::sent(|sock| n.send_to(sock).unwrap());
+    region.poke(WRITE_SIDE_LOCK, init);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(n.post(&note(1, 0, b"x")).map_err(|e| e.kind()));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a post spun on a lock held in a live stranger's name");
+    assert_eq!(got, Err(ErrorKind::TimedOut));
+}

@@ -60,7 +60,9 @@ impl Notifier {
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for a kind above 24 bits or a payload longer than
     /// [`crate::MAX_PAYLOAD`]; [`io::ErrorKind::BrokenPipe`] when no reader is left;
-    /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt.
+    /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt; [`io::ErrorKind::TimedOut`]
+    /// if the write side stayed held for 100 ms (a poster holds it for microseconds: a peer
+    /// wrote a live thread's identity into the lock).
     pub fn post(&self, n: &Notification) -> io::Result<bool> {
         let mut rec = [0u8; RECORD_MAX];
         let len = n.encode(&mut rec)?;
