@@ -41,7 +41,8 @@ pub(crate) trait Trim: Send + Sync {
     fn trim(&self, force: bool) -> usize;
 }
 
-/// Every live pipe in the process, so an idle trimmer and [`crate::shrink`] can reach them.
+/// Every live pipe and fragment cache of the process, so the idle trimmer and [`crate::shrink`]
+/// can reach them.
 #[cfg(not(loom))]
 pub(crate) struct Registry {
     owners: Vec<Weak<dyn Trim>>,
