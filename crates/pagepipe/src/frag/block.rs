@@ -225,6 +225,33 @@ impl crate::reclaim::Trim for CacheShared {
     fn trim(&self, force: bool) -> usize {
         CacheShared::trim(self, force)
     }
+
+    /// The spare-list lock: `release`, the trimmer, `shrink()`, a refill, `stats()` and the
+    /// cache's drop all take it, so a child that inherited it held would hang in any of them.
+    fn hold_for_fork(self: Arc<Self>) -> Option<Box<dyn std::any::Any>> {
+        let guard = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the guard borrows the mutex inside `self`'s allocation, which `ForkHold` keeps
+        // alive in `_owner` and drops only after the guard (fields drop in declaration order);
+        // moving the `Arc` does not move the allocation. The guard never leaves the `ForkHold`.
+        let guard = unsafe {
+            std::mem::transmute::<
+                std::sync::MutexGuard<'_, Spare>,
+                std::sync::MutexGuard<'static, Spare>,
+            >(guard)
+        };
+        Some(Box::new(ForkHold {
+            _guard: guard,
+            _owner: self,
+        }))
+    }
+}
+
+/// A cache's spare-list lock held across `fork(2)` by the forking thread (see `crate::fork`).
+#[cfg(not(loom))]
+struct ForkHold {
+    /// Declared first, so it is dropped (unlocked) before `_owner`, which owns the mutex.
+    _guard: std::sync::MutexGuard<'static, Spare>,
+    _owner: Arc<CacheShared>,
 }
 
 /// Drops one handle's reference to `block`; releases the block when that was the last one.
