@@ -46,7 +46,10 @@ const MAX_SPARE_BYTES: usize = 2 << 20;
 /// **Sizes.** Requests larger than a block get a dedicated allocation (counted in
 /// [`FragStats::large_allocations`]). A zero-length request returns an empty fragment that holds
 /// no memory. Like `Box`, the cache aborts the process (`handle_alloc_error`) when the OS has
-/// no memory left even for a one-page block.
+/// no memory left even for a one-page block. A bad argument is never an abort: an alignment
+/// that is not a power of two or exceeds [`MAX_BLOCK_SIZE`], a length that overflows `isize`,
+/// and a dedicated allocation the global allocator refuses (a request larger than the memory
+/// the OS will give, say `alloc(1 << 50)`) panic with a message.
 ///
 /// ```
 /// use pagepipe::FragCache;
@@ -190,7 +193,8 @@ impl FragCache {
     /// A request larger than the block size gets a dedicated allocation.
     ///
     /// # Panics
-    /// If `len` overflows `isize` (it could never be allocated).
+    /// If `len` overflows `isize` (it could never be allocated), or a dedicated allocation (a
+    /// request larger than a block) is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -211,7 +215,9 @@ impl FragCache {
     /// A fragment of `len` bytes whose address is a multiple of `align`.
     ///
     /// # Panics
-    /// If `align` is not a power of two, or `len` rounded up to `align` overflows `isize`.
+    /// If `align` is not a power of two or exceeds [`MAX_BLOCK_SIZE`], if `len` rounded up to
+    /// `align` overflows `isize`, or if a dedicated allocation (a request that does not fit a
+    /// block) is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -224,6 +230,10 @@ impl FragCache {
         assert!(
             align.is_power_of_two(),
             "FragCache::alloc_aligned: align {align} is not a power of two"
+        );
+        assert!(
+            align <= MAX_BLOCK_SIZE,
+            "FragCache::alloc_aligned: align {align} exceeds the largest supported, {MAX_BLOCK_SIZE}"
         );
         let pad = (self.base.as_ptr() as usize + self.offset).wrapping_neg() & (align - 1);
         let remaining = self.size - self.offset;
@@ -414,8 +424,15 @@ impl FragCache {
         });
         debug_assert!(len > 0);
         // SAFETY: `layout` has a non-zero size (callers never ask for an empty large fragment).
-        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-            .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) });
+        // A refusal is a panic, not `handle_alloc_error`'s abort: it is one request's size that
+        // the allocator cannot serve (a bad argument, from the caller's side), nothing has been
+        // changed yet, and smaller requests still work.
+        let ptr = ptr.unwrap_or_else(|| {
+            panic!(
+                "FragCache: no memory for a dedicated fragment of {len} bytes aligned to {align}"
+            )
+        });
         self.large_allocations += 1;
         self.shared.mapped.fetch_add(len, Ordering::Relaxed);
         new_block(Memory::Heap { ptr, layout }, true, 0, &self.shared)
@@ -515,6 +532,26 @@ mod tests {
     #[should_panic(expected = "not a power of two")]
     fn bad_alignment_panics() {
         FragCache::new().alloc_aligned(8, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "align 1099511627776 exceeds")]
+    fn huge_alignment_panics() {
+        // Aborted the process ("memory allocation of 1 bytes failed") before.
+        FragCache::new().alloc_aligned(1, 1 << 40);
+    }
+
+    #[test]
+    #[should_panic(expected = "no memory for a dedicated fragment of 4611686018427387904 bytes")]
+    fn refused_large_allocation_panics() {
+        FragCache::new().alloc(1 << 62);
+    }
+
+    #[test]
+    #[should_panic(expected = "no memory for a dedicated fragment")]
+    fn refused_large_builder_panics() {
+        let mut cache = FragCache::new();
+        let _ = cache.prepare(1 << 62, 1 << 62);
     }
 
     #[test]

@@ -101,7 +101,8 @@ impl FragCache {
     /// larger than a block gets a dedicated allocation of exactly `min` bytes.
     ///
     /// # Panics
-    /// If `min > max`, or `min` overflows `isize`.
+    /// If `min > max`, `min` overflows `isize`, or the dedicated allocation for a `min` larger
+    /// than a block is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
