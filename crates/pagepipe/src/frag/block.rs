@@ -13,9 +13,10 @@ use std::ptr::NonNull;
 /// whatever the fragment's length.
 pub(super) const MAX_COUNT: usize = usize::MAX / 2;
 
-/// Spare blocks an idle cache keeps when the background trimmer visits it.
+/// Bytes of spare blocks an idle cache keeps when the background trimmer visits it: two
+/// default-size blocks; none at all for blocks over 32 KiB.
 #[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
-const IDLE_KEEP: usize = 2;
+pub(super) const IDLE_KEEP_BYTES: usize = 64 * 1024;
 
 /// Where a block's bytes live.
 pub(super) enum Memory {
@@ -176,7 +177,8 @@ pub(super) struct Spare {
     pub(super) blocks: Vec<BlockPtr>,
     /// Set when the cache is dropped: blocks released afterwards are freed, not parked.
     pub(super) closed: bool,
-    /// Most entries kept; a block released beyond it is freed.
+    /// Most entries kept (`MAX_SPARE_BYTES / block_size`: the list's bytes are bounded, whatever
+    /// the block size); a block released beyond it is freed.
     pub(super) max: usize,
     /// The cache's block size: only blocks of this size are parked (a one-page fallback block
     /// is freed, so the cache tries for full-size blocks again).
@@ -191,7 +193,7 @@ pub(super) struct Spare {
 #[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
 impl CacheShared {
     /// Takes the blocks to give back: all of them when `force`, else those beyond
-    /// [`IDLE_KEEP`] when no refill happened since the previous call.
+    /// [`IDLE_KEEP_BYTES`] when no refill happened since the previous call.
     fn take_trimmable(&self, force: bool) -> Vec<BlockPtr> {
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         let idle = spare.epoch == spare.seen_epoch;
@@ -199,7 +201,7 @@ impl CacheShared {
         let keep = if force {
             0
         } else if idle {
-            IDLE_KEEP
+            IDLE_KEEP_BYTES / spare.block_size
         } else {
             return Vec::new();
         };

@@ -29,8 +29,10 @@ const _: () = assert!(
     "the bias must exceed what one block hands out"
 );
 
-/// Spare blocks a cache keeps at most: 2 MiB worth, and at least 4.
-const MAX_SPARE_BYTES: usize = 2 << 20;
+/// Bytes of spare blocks a cache keeps at most, whatever its block size: 2 MiB (512 blocks of
+/// 4 KiB, 64 of 32 KiB, one of 2 MiB; blocks over 2 MiB are never parked, each is freed when its
+/// last fragment goes).
+pub(super) const MAX_SPARE_BYTES: usize = 2 << 20;
 
 /// A page-fragment allocator: hands out small buffers ([`Frag`]) carved from large blocks, with
 /// no lock and no atomic read-modify-write on the allocation path.
@@ -154,7 +156,7 @@ impl FragCache {
             spare: Mutex::new(Spare {
                 blocks: Vec::new(),
                 closed: false,
-                max: (MAX_SPARE_BYTES / bytes).max(4),
+                max: MAX_SPARE_BYTES / bytes,
                 block_size: bytes,
                 epoch: 0,
                 seen_epoch: 0,
@@ -526,6 +528,47 @@ mod tests {
         assert_eq!(cache.stats().spare_blocks, 1);
         assert_eq!(cache.shared.trim(true), 4096);
         assert_eq!(cache.stats().bytes_outstanding, 1);
+    }
+
+    /// Parks `n` whole-block fragments' blocks: allocates them all, moves on, drops them.
+    fn park(cache: &mut FragCache, n: usize) {
+        let block = cache.block_size();
+        let frags: Vec<_> = (0..n).map(|_| cache.alloc(block)).collect();
+        let next = cache.alloc(block); // lets go of the last of them
+        drop(frags);
+        drop(next); // still the block being carved: not parked
+    }
+
+    #[test]
+    fn spare_list_is_bounded_in_bytes_whatever_the_block_size() {
+        for block in [4096, 32 << 10, 1 << 20, 2 << 20, 64 << 20] {
+            let mut cache = FragCache::with_block_size(block);
+            park(&mut cache, 8); // mapped lazily and never touched: no memory is used
+            let s = cache.stats();
+            // Before: 64 MiB blocks parked 4 (256 MiB), 1 MiB blocks 4 (4 MiB). (`<=`: the
+            // background trimmer may visit meanwhile.)
+            let most = (MAX_SPARE_BYTES / block).min(8);
+            assert!(s.spare_blocks <= most, "{block}: {s:?}");
+            assert!(s.bytes_mapped <= (most + 1) * block, "{block}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn idle_trim_keeps_at_most_idle_keep_bytes() {
+        use super::super::block::IDLE_KEEP_BYTES;
+        for block in [4096, 32 << 10, 1 << 20] {
+            let mut cache = FragCache::with_block_size(block);
+            park(&mut cache, 8);
+            cache.shared.trim(false); // the trimmer's first visit: the cache was busy
+            cache.shared.trim(false); // no refill since: idle
+            let s = cache.stats();
+            // Before: two blocks whatever their size (2 MiB of 1 MiB blocks).
+            assert_eq!(
+                s.spare_blocks,
+                (IDLE_KEEP_BYTES / block).min(8),
+                "{block}: {s:?}"
+            );
+        }
     }
 
     #[test]
