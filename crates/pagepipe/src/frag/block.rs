@@ -42,6 +42,16 @@ impl Memory {
             Memory::Heap { layout, .. } => layout.size(),
         }
     }
+
+    /// What [`CacheShared::mapped`] counts for it: a mapping's whole OS pages (a one-page block
+    /// takes a whole page where pages are larger than 4 KiB), an allocation's size as asked of
+    /// the global allocator.
+    pub(super) fn footprint(&self) -> usize {
+        match self {
+            Memory::Mapped(m) => m.footprint(),
+            Memory::Heap { layout, .. } => layout.size(),
+        }
+    }
 }
 
 impl Drop for Memory {
@@ -126,7 +136,7 @@ pub(super) fn new_block(
 pub(super) unsafe fn free_block(block: NonNull<Block>) -> usize {
     // SAFETY: the header came from `Box::leak` in `new_block`; the caller owns it alone.
     let header = unsafe { Box::from_raw(block.as_ptr()) };
-    let len = header.mem.len();
+    let len = header.mem.footprint();
     header.owner.mapped.fetch_sub(len, Ordering::Relaxed);
     len
 }
@@ -167,7 +177,8 @@ pub(super) struct CacheShared {
     pub(super) spare: Mutex<Spare>,
     /// Sum of `handed` over the let-go blocks whose last fragment is gone (statistics only).
     pub(super) released: AtomicU64,
-    /// Bytes of block memory (blocks and large allocations) currently allocated for this cache.
+    /// Bytes of block memory (blocks and large allocations) currently allocated for this cache,
+    /// each counted by [`Memory::footprint`].
     pub(super) mapped: AtomicUsize,
 }
 

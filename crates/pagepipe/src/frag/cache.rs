@@ -85,7 +85,7 @@ pub struct FragCache {
     pub(super) shared: Arc<CacheShared>,
     blocks_allocated: u64,
     blocks_reused: u64,
-    large_allocations: u64,
+    pub(super) large_allocations: u64,
     /// Sum of bytes handed out of blocks the cache let go of, and of large allocations.
     pub(super) let_go_handed: u64,
 }
@@ -120,13 +120,22 @@ pub struct FragStats {
     pub blocks_reused: u64,
     /// Bytes held by live fragments, counted per block: the bytes carved from a block
     /// (alignment padding included) count in full until its last fragment is gone, then not at
-    /// all. Clones of a frozen fragment do not count again.
+    /// all; a dedicated allocation counts its whole size (a large [`PreparedFrag`] committed
+    /// short holds all of it) until its last fragment is gone. Clones of a frozen fragment do
+    /// not count again.
+    ///
+    /// [`PreparedFrag`]: crate::PreparedFrag
     pub bytes_outstanding: u64,
-    /// Requests larger than a block, served by a dedicated allocation.
+    /// Fragments served by a dedicated allocation (requests larger than a block). A large
+    /// [`PreparedFrag`](crate::PreparedFrag) counts when it is committed non-empty; an aborted
+    /// one is not counted.
     pub large_allocations: u64,
     /// Spare blocks parked for reuse: what [`crate::shrink`] would give back.
     pub spare_blocks: usize,
-    /// Bytes of block memory and large allocations currently allocated for this cache.
+    /// Bytes currently allocated for this cache: its blocks (in use, being carved or spare) in
+    /// whole OS pages (a one-page block takes 16 KiB where pages are 16 KiB), and its dedicated
+    /// allocations (live fragments and uncommitted large builders) at the size asked of the
+    /// global allocator.
     pub bytes_mapped: usize,
 }
 
@@ -348,7 +357,9 @@ impl FragCache {
                 )
             }),
         };
-        self.shared.mapped.fetch_add(mem.len(), Ordering::Relaxed);
+        self.shared
+            .mapped
+            .fetch_add(mem.footprint(), Ordering::Relaxed);
         self.blocks_allocated += 1;
         let block = new_block(Memory::Mapped(mem), false, 0, &self.shared);
         self.take(block);
@@ -410,6 +421,7 @@ impl FragCache {
         c.count.store(1, Ordering::Relaxed);
         c.handed.store(len, Ordering::Relaxed);
         self.let_go_handed += len as u64;
+        self.large_allocations += 1;
         // SAFETY: a live allocation's pointer is never null.
         let ptr = unsafe { NonNull::new_unchecked(c.mem.ptr()) };
         Frag {
@@ -419,7 +431,8 @@ impl FragCache {
         }
     }
 
-    /// Allocates the header and zeroed memory of a large allocation; count zero, not counted.
+    /// Allocates the header and zeroed memory of a large allocation; count zero, not counted in
+    /// `large_allocations` (the caller counts it when it becomes a fragment).
     pub(super) fn new_large(&mut self, len: usize, align: usize) -> NonNull<Block> {
         let layout = Layout::from_size_align(len, align).unwrap_or_else(|_| {
             panic!("FragCache: a fragment of {len} bytes aligned to {align} overflows isize")
@@ -435,7 +448,6 @@ impl FragCache {
                 "FragCache: no memory for a dedicated fragment of {len} bytes aligned to {align}"
             )
         });
-        self.large_allocations += 1;
         self.shared.mapped.fetch_add(len, Ordering::Relaxed);
         new_block(Memory::Heap { ptr, layout }, true, 0, &self.shared)
     }
@@ -569,6 +581,32 @@ mod tests {
                 "{block}: {s:?}"
             );
         }
+    }
+
+    #[test]
+    fn truncate_to_zero_gives_the_block_back() {
+        let mut cache = FragCache::with_block_size(4096);
+        let mut a = cache.alloc(4096);
+        let _b = cache.alloc(1); // lets go of a's block
+        a.truncate(0);
+        assert!(
+            a.is_empty() && a.block.is_none(),
+            "an empty fragment holds a block"
+        );
+        // Before: the empty fragment kept the block until it was dropped.
+        let s = cache.stats();
+        assert_eq!((s.spare_blocks, s.bytes_outstanding), (1, 1), "{s:?}");
+        let mut c = cache.alloc(10);
+        c.truncate(3);
+        assert_eq!(c.len(), 3);
+    }
+
+    #[test]
+    fn bytes_mapped_counts_whole_pages() {
+        let mut cache = FragCache::with_block_size(4096);
+        let _a = cache.alloc(1);
+        let page = crate::sys::mm::page_size();
+        assert_eq!(cache.stats().bytes_mapped, 4096usize.next_multiple_of(page));
     }
 
     #[test]
