@@ -402,7 +402,7 @@ impl FragCache {
         self.size = 0;
         self.offset = 0;
         self.bias = 0;
-        // AcqRel. Release: pairs with the Acquire fence in `release`, publishing `handed` and
+        // AcqRel. Release: pairs with the Acquire load in `release`, publishing `handed` and
         // the cache's writes to the last fragment's thread. Acquire: pairs with the Release
         // subtractions of `Frag::drop` / `FrozenFrag::drop`, so every dropped fragment's
         // accesses happen before the cache hands its bytes out again.
