@@ -45,6 +45,14 @@ pub(super) const MAX_SPARE_BYTES: usize = 2 << 20;
 /// earlier fragments of this cache, all of them already dropped, left there. A fragment never
 /// shares a byte with another live fragment.
 ///
+/// **Spare memory.** A block whose fragments are all gone is parked for the next refill, up to
+/// 2 MiB of parked blocks per cache whatever the block size (blocks over 2 MiB are freed, never
+/// parked); the idle trimmer gives an idle cache's parked blocks back down to 64 KiB within two
+/// of its 100 ms visits, and [`crate::shrink`] gives them all back.
+///
+/// **Fork.** A forked child may use the caches it inherited (and drop their fragments): the
+/// fork handlers hold every cache's spare-list lock across `fork(2)`.
+///
 /// **Sizes.** Requests larger than a block get a dedicated allocation (counted in
 /// [`FragStats::large_allocations`]). A zero-length request returns an empty fragment that holds
 /// no memory. Like `Box`, the cache aborts the process (`handle_alloc_error`) when the OS has
