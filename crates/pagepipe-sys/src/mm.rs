@@ -95,6 +95,12 @@ impl Mapping {
         self.len
     }
 
+    /// The memory the mapping takes: its length rounded up to the OS page size ([`page_size`]),
+    /// as `mmap(2)` maps whole pages (a 4 KiB mapping takes 16 KiB where pages are 16 KiB).
+    pub fn footprint(&self) -> usize {
+        self.len.next_multiple_of(page_size())
+    }
+
     /// Always false: a mapping has at least one page (see [`Mapping::anonymous`]).
     pub fn is_empty(&self) -> bool {
         false
@@ -137,6 +143,16 @@ pub fn advise_raw_populate(base: *mut u8, offset: usize, len: usize) {
     // SAFETY: madvise validates the range itself (an unmapped range is an error, not UB) and
     // POPULATE_WRITE leaves contents unchanged, so no Rust-visible memory is affected.
     let _ = unsafe { libc::madvise(base.wrapping_add(offset).cast(), len, MADV_POPULATE_WRITE) };
+}
+
+/// The OS page size in bytes (`sysconf(3)`, `_SC_PAGESIZE`; asked once, then remembered).
+pub fn page_size() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(size).unwrap_or(PAGE_SIZE).max(1)
+    })
 }
 
 /// True when the OS page size is the 4 KiB pagepipe assumes (`sysconf(3)`).

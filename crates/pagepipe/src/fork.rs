@@ -3,10 +3,17 @@
 //! - before: the pipes note the fork and make their async adapters' descriptors exact (a pipe
 //!   may have ends in two processes afterwards, see `pipe::end::before_fork`); then the spare
 //!   memory registry's lock is taken, so the child never inherits it held by a thread that does
-//!   not exist there;
-//! - after, in the parent: the registry is unlocked;
+//!   not exist there; then, in registration order, every registered fragment cache's spare-list
+//!   lock (held by a `shrink()` caller, the idle trimmer or a thread dropping the last fragment
+//!   of a block, a child would wait for it forever: [`crate::reclaim::Trim::hold_for_fork`]);
+//! - after, in the parent: the caches' locks and the registry are unlocked;
 //! - after, in the child: the side locks forget the thread identity the parent had
-//!   ([`crate::lock::note_fork`]), and the registry is unlocked.
+//!   ([`crate::lock::note_fork`]), and the caches' locks and the registry are unlocked.
+//!
+//! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
+//! malloc's arenas: a lock held at the fork means a spare list may be half-changed (a `Vec`
+//! between a push and its length update), and only waiting for the holder to finish leaves the
+//! child a consistent list.
 
 #[cfg(not(loom))]
 use crate::reclaim::{registry, Registry};
@@ -25,22 +32,34 @@ thread_local! {
     /// The registry guard held across a fork by the forking thread.
     static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Registry>>> =
         const { std::cell::RefCell::new(None) };
+    /// The registered owners' locks held across a fork by the forking thread.
+    static FORK_HOLDS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(not(loom))]
 extern "C" fn before_fork() {
     crate::pipe::end::before_fork();
     let guard = registry();
+    let holds = guard.hold_owners_for_fork();
+    FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+/// Releases what `before_fork` took: the owners' locks, then the registry.
+#[cfg(not(loom))]
+fn release_fork_locks() {
+    FORK_HOLDS.with(|h| drop(std::mem::take(&mut *h.borrow_mut())));
+    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
 }
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+    release_fork_locks();
 }
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+    release_fork_locks();
 }

@@ -39,6 +39,15 @@ pub(crate) trait Trim: Send + Sync {
     /// Trims spare pages of an idle owner to its idle budget; `force` trims even when busy and
     /// down to zero spare pages. Returns the bytes given back.
     fn trim(&self, force: bool) -> usize;
+
+    /// Takes every lock of this owner that another thread may hold while it is not on a pipe's
+    /// shared memory, for the fork handlers ([`crate::fork`]): a child forked while such a lock
+    /// is held would wait for it forever, as the thread holding it does not exist there. The
+    /// returned value holds them (and keeps the owner alive); dropping it releases them, in the
+    /// parent and in the child. `None`: the owner has no such lock.
+    fn hold_for_fork(self: Arc<Self>) -> Option<Box<dyn std::any::Any>> {
+        None
+    }
 }
 
 /// Every live pipe and fragment cache of the process, so the idle trimmer and [`crate::shrink`]
@@ -69,6 +78,20 @@ pub(crate) const IDLE_TICK: std::time::Duration = std::time::Duration::from_mill
 #[cfg(not(loom))]
 pub(crate) fn registry() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(not(loom))]
+impl Registry {
+    /// What [`Trim::hold_for_fork`] returns for every live owner, taken in registration order
+    /// with the registry locked (`self`). Any fixed order is deadlock-free: no other code holds
+    /// two owners' locks at once, and no owner's lock is held while taking the registry's.
+    pub(crate) fn hold_owners_for_fork(&self) -> Vec<Box<dyn std::any::Any>> {
+        self.owners
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter_map(Trim::hold_for_fork)
+            .collect()
+    }
 }
 
 /// Registers `owner` for idle trimming and starts this process's trimmer thread on first use.

@@ -3,7 +3,7 @@
 //! Also the state a cache shares with its blocks ([`CacheShared`]: the spare list and the
 //! statistics), which a released block needs to park itself or to be freed.
 
-use crate::sync::{fence, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::sys::mm::Mapping;
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -13,9 +13,10 @@ use std::ptr::NonNull;
 /// whatever the fragment's length.
 pub(super) const MAX_COUNT: usize = usize::MAX / 2;
 
-/// Spare blocks an idle cache keeps when the background trimmer visits it.
+/// Bytes of spare blocks an idle cache keeps when the background trimmer visits it: two
+/// default-size blocks; none at all for blocks over 32 KiB.
 #[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
-const IDLE_KEEP: usize = 2;
+pub(super) const IDLE_KEEP_BYTES: usize = 64 * 1024;
 
 /// Where a block's bytes live.
 pub(super) enum Memory {
@@ -38,6 +39,16 @@ impl Memory {
     pub(super) fn len(&self) -> usize {
         match self {
             Memory::Mapped(m) => m.len(),
+            Memory::Heap { layout, .. } => layout.size(),
+        }
+    }
+
+    /// What [`CacheShared::mapped`] counts for it: a mapping's whole OS pages (a one-page block
+    /// takes a whole page where pages are larger than 4 KiB), an allocation's size as asked of
+    /// the global allocator.
+    pub(super) fn footprint(&self) -> usize {
+        match self {
+            Memory::Mapped(m) => m.footprint(),
             Memory::Heap { layout, .. } => layout.size(),
         }
     }
@@ -75,7 +86,7 @@ pub(super) struct Block {
     pub(super) count: AtomicUsize,
     /// Bytes the cache carved out of this block (alignment padding included) before it let go
     /// of it; written by the cache before its Release subtraction in [`FragCache::let_go`], read
-    /// by [`release`] after its Acquire fence. For a large allocation, the committed length.
+    /// by [`release`] after its Acquire load of the count. For a large allocation, the committed length.
     ///
     /// [`FragCache::let_go`]: super::cache::FragCache::let_go
     pub(super) handed: AtomicUsize,
@@ -125,7 +136,7 @@ pub(super) fn new_block(
 pub(super) unsafe fn free_block(block: NonNull<Block>) -> usize {
     // SAFETY: the header came from `Box::leak` in `new_block`; the caller owns it alone.
     let header = unsafe { Box::from_raw(block.as_ptr()) };
-    let len = header.mem.len();
+    let len = header.mem.footprint();
     header.owner.mapped.fetch_sub(len, Ordering::Relaxed);
     len
 }
@@ -138,12 +149,18 @@ pub(super) unsafe fn free_block(block: NonNull<Block>) -> usize {
 #[cold]
 #[inline(never)]
 pub(super) unsafe fn release(block: NonNull<Block>) {
-    // Acquire: pairs with the Release subtractions in `Frag::drop`, `FrozenFrag::drop` and
-    // `FragCache::let_go`, so every access through those handles (and the cache's store of
-    // `handed`) happens before this thread recycles or frees the bytes.
-    fence(Ordering::Acquire);
     // SAFETY: the block is ours alone now (caller's contract) and its header is live.
     let c = unsafe { block.as_ref() };
+    // Acquire: pairs with the Release subtractions in `Frag::drop`, `FrozenFrag::drop` and
+    // `FragCache::let_go`, so every access through those handles (and the cache's store of
+    // `handed`) happens before this thread recycles or frees the bytes. A load, not
+    // `fence(Acquire)`: it reads the zero our own subtraction wrote (no one else writes the
+    // count now), and a read-modify-write continues every earlier release sequence, so the load
+    // synchronizes with all of those subtractions just as the fence would; unlike a fence,
+    // ThreadSanitizer sees it (std's `Arc::drop` uses this load under TSan for that reason).
+    // One load, on this cold path.
+    let zero = c.count.load(Ordering::Acquire);
+    debug_assert_eq!(zero, 0, "a released block's count is zero");
     // A strong handle of our own: once the block is on the spare list, the cache's drop may
     // free the block and its own handle while we are still unlocking `spare`.
     let owner = c.owner.clone();
@@ -166,7 +183,8 @@ pub(super) struct CacheShared {
     pub(super) spare: Mutex<Spare>,
     /// Sum of `handed` over the let-go blocks whose last fragment is gone (statistics only).
     pub(super) released: AtomicU64,
-    /// Bytes of block memory (blocks and large allocations) currently allocated for this cache.
+    /// Bytes of block memory (blocks and large allocations) currently allocated for this cache,
+    /// each counted by [`Memory::footprint`].
     pub(super) mapped: AtomicUsize,
 }
 
@@ -176,7 +194,8 @@ pub(super) struct Spare {
     pub(super) blocks: Vec<BlockPtr>,
     /// Set when the cache is dropped: blocks released afterwards are freed, not parked.
     pub(super) closed: bool,
-    /// Most entries kept; a block released beyond it is freed.
+    /// Most entries kept (`MAX_SPARE_BYTES / block_size`: the list's bytes are bounded, whatever
+    /// the block size); a block released beyond it is freed.
     pub(super) max: usize,
     /// The cache's block size: only blocks of this size are parked (a one-page fallback block
     /// is freed, so the cache tries for full-size blocks again).
@@ -191,7 +210,7 @@ pub(super) struct Spare {
 #[cfg_attr(loom, allow(dead_code))] // the registry and its trimmer do not exist under loom
 impl CacheShared {
     /// Takes the blocks to give back: all of them when `force`, else those beyond
-    /// [`IDLE_KEEP`] when no refill happened since the previous call.
+    /// [`IDLE_KEEP_BYTES`] when no refill happened since the previous call.
     fn take_trimmable(&self, force: bool) -> Vec<BlockPtr> {
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
         let idle = spare.epoch == spare.seen_epoch;
@@ -199,7 +218,7 @@ impl CacheShared {
         let keep = if force {
             0
         } else if idle {
-            IDLE_KEEP
+            IDLE_KEEP_BYTES / spare.block_size
         } else {
             return Vec::new();
         };
@@ -225,6 +244,33 @@ impl crate::reclaim::Trim for CacheShared {
     fn trim(&self, force: bool) -> usize {
         CacheShared::trim(self, force)
     }
+
+    /// The spare-list lock: `release`, the trimmer, `shrink()`, a refill, `stats()` and the
+    /// cache's drop all take it, so a child that inherited it held would hang in any of them.
+    fn hold_for_fork(self: Arc<Self>) -> Option<Box<dyn std::any::Any>> {
+        let guard = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the guard borrows the mutex inside `self`'s allocation, which `ForkHold` keeps
+        // alive in `_owner` and drops only after the guard (fields drop in declaration order);
+        // moving the `Arc` does not move the allocation. The guard never leaves the `ForkHold`.
+        let guard = unsafe {
+            std::mem::transmute::<
+                std::sync::MutexGuard<'_, Spare>,
+                std::sync::MutexGuard<'static, Spare>,
+            >(guard)
+        };
+        Some(Box::new(ForkHold {
+            _guard: guard,
+            _owner: self,
+        }))
+    }
+}
+
+/// A cache's spare-list lock held across `fork(2)` by the forking thread (see `crate::fork`).
+#[cfg(not(loom))]
+struct ForkHold {
+    /// Declared first, so it is dropped (unlocked) before `_owner`, which owns the mutex.
+    _guard: std::sync::MutexGuard<'static, Spare>,
+    _owner: Arc<CacheShared>,
 }
 
 /// Drops one handle's reference to `block`; releases the block when that was the last one.
@@ -235,7 +281,7 @@ impl crate::reclaim::Trim for CacheShared {
 pub(super) unsafe fn put(block: NonNull<Block>) {
     // SAFETY: the caller's share keeps the header live until this subtraction.
     let c = unsafe { block.as_ref() };
-    // Release: pairs with the Acquire fence in `release` and the AcqRel subtraction in
+    // Release: pairs with the Acquire load in `release` and the AcqRel subtraction in
     // `FragCache::let_go`, so this handle's accesses happen before the bytes are reused.
     if c.count.fetch_sub(1, Ordering::Release) == 1 {
         // SAFETY: our subtraction brought the count to zero, and the cache had let go (while it

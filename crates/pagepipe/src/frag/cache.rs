@@ -29,8 +29,10 @@ const _: () = assert!(
     "the bias must exceed what one block hands out"
 );
 
-/// Spare blocks a cache keeps at most: 2 MiB worth, and at least 4.
-const MAX_SPARE_BYTES: usize = 2 << 20;
+/// Bytes of spare blocks a cache keeps at most, whatever its block size: 2 MiB (512 blocks of
+/// 4 KiB, 64 of 32 KiB, one of 2 MiB; blocks over 2 MiB are never parked, each is freed when its
+/// last fragment goes).
+pub(super) const MAX_SPARE_BYTES: usize = 2 << 20;
 
 /// A page-fragment allocator: hands out small buffers ([`Frag`]) carved from large blocks, with
 /// no lock and no atomic read-modify-write on the allocation path.
@@ -43,10 +45,21 @@ const MAX_SPARE_BYTES: usize = 2 << 20;
 /// earlier fragments of this cache, all of them already dropped, left there. A fragment never
 /// shares a byte with another live fragment.
 ///
+/// **Spare memory.** A block whose fragments are all gone is parked for the next refill, up to
+/// 2 MiB of parked blocks per cache whatever the block size (blocks over 2 MiB are freed, never
+/// parked); the idle trimmer gives an idle cache's parked blocks back down to 64 KiB within two
+/// of its 100 ms visits, and [`crate::shrink`] gives them all back.
+///
+/// **Fork.** A forked child may use the caches it inherited (and drop their fragments): the
+/// fork handlers hold every cache's spare-list lock across `fork(2)`.
+///
 /// **Sizes.** Requests larger than a block get a dedicated allocation (counted in
 /// [`FragStats::large_allocations`]). A zero-length request returns an empty fragment that holds
 /// no memory. Like `Box`, the cache aborts the process (`handle_alloc_error`) when the OS has
-/// no memory left even for a one-page block.
+/// no memory left even for a one-page block. A bad argument is never an abort: an alignment
+/// that is not a power of two or exceeds [`MAX_BLOCK_SIZE`], a length that overflows `isize`,
+/// and a dedicated allocation the global allocator refuses (a request larger than the memory
+/// the OS will give, say `alloc(1 << 50)`) panic with a message.
 ///
 /// ```
 /// use pagepipe::FragCache;
@@ -80,7 +93,7 @@ pub struct FragCache {
     pub(super) shared: Arc<CacheShared>,
     blocks_allocated: u64,
     blocks_reused: u64,
-    large_allocations: u64,
+    pub(super) large_allocations: u64,
     /// Sum of bytes handed out of blocks the cache let go of, and of large allocations.
     pub(super) let_go_handed: u64,
 }
@@ -115,13 +128,22 @@ pub struct FragStats {
     pub blocks_reused: u64,
     /// Bytes held by live fragments, counted per block: the bytes carved from a block
     /// (alignment padding included) count in full until its last fragment is gone, then not at
-    /// all. Clones of a frozen fragment do not count again.
+    /// all; a dedicated allocation counts its whole size (a large [`PreparedFrag`] committed
+    /// short holds all of it) until its last fragment is gone. Clones of a frozen fragment do
+    /// not count again.
+    ///
+    /// [`PreparedFrag`]: crate::PreparedFrag
     pub bytes_outstanding: u64,
-    /// Requests larger than a block, served by a dedicated allocation.
+    /// Fragments served by a dedicated allocation (requests larger than a block). A large
+    /// [`PreparedFrag`](crate::PreparedFrag) counts when it is committed non-empty; an aborted
+    /// one is not counted.
     pub large_allocations: u64,
     /// Spare blocks parked for reuse: what [`crate::shrink`] would give back.
     pub spare_blocks: usize,
-    /// Bytes of block memory and large allocations currently allocated for this cache.
+    /// Bytes currently allocated for this cache: its blocks (in use, being carved or spare) in
+    /// whole OS pages (a one-page block takes 16 KiB where pages are 16 KiB), and its dedicated
+    /// allocations (live fragments and uncommitted large builders) at the size asked of the
+    /// global allocator.
     pub bytes_mapped: usize,
 }
 
@@ -151,7 +173,7 @@ impl FragCache {
             spare: Mutex::new(Spare {
                 blocks: Vec::new(),
                 closed: false,
-                max: (MAX_SPARE_BYTES / bytes).max(4),
+                max: MAX_SPARE_BYTES / bytes,
                 block_size: bytes,
                 epoch: 0,
                 seen_epoch: 0,
@@ -190,7 +212,8 @@ impl FragCache {
     /// A request larger than the block size gets a dedicated allocation.
     ///
     /// # Panics
-    /// If `len` overflows `isize` (it could never be allocated).
+    /// If `len` overflows `isize` (it could never be allocated), or a dedicated allocation (a
+    /// request larger than a block) is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -211,7 +234,9 @@ impl FragCache {
     /// A fragment of `len` bytes whose address is a multiple of `align`.
     ///
     /// # Panics
-    /// If `align` is not a power of two, or `len` rounded up to `align` overflows `isize`.
+    /// If `align` is not a power of two or exceeds [`MAX_BLOCK_SIZE`], if `len` rounded up to
+    /// `align` overflows `isize`, or if a dedicated allocation (a request that does not fit a
+    /// block) is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -224,6 +249,10 @@ impl FragCache {
         assert!(
             align.is_power_of_two(),
             "FragCache::alloc_aligned: align {align} is not a power of two"
+        );
+        assert!(
+            align <= MAX_BLOCK_SIZE,
+            "FragCache::alloc_aligned: align {align} exceeds the largest supported, {MAX_BLOCK_SIZE}"
         );
         let pad = (self.base.as_ptr() as usize + self.offset).wrapping_neg() & (align - 1);
         let remaining = self.size - self.offset;
@@ -336,7 +365,9 @@ impl FragCache {
                 )
             }),
         };
-        self.shared.mapped.fetch_add(mem.len(), Ordering::Relaxed);
+        self.shared
+            .mapped
+            .fetch_add(mem.footprint(), Ordering::Relaxed);
         self.blocks_allocated += 1;
         let block = new_block(Memory::Mapped(mem), false, 0, &self.shared);
         self.take(block);
@@ -379,7 +410,7 @@ impl FragCache {
         self.size = 0;
         self.offset = 0;
         self.bias = 0;
-        // AcqRel. Release: pairs with the Acquire fence in `release`, publishing `handed` and
+        // AcqRel. Release: pairs with the Acquire load in `release`, publishing `handed` and
         // the cache's writes to the last fragment's thread. Acquire: pairs with the Release
         // subtractions of `Frag::drop` / `FrozenFrag::drop`, so every dropped fragment's
         // accesses happen before the cache hands its bytes out again.
@@ -398,6 +429,7 @@ impl FragCache {
         c.count.store(1, Ordering::Relaxed);
         c.handed.store(len, Ordering::Relaxed);
         self.let_go_handed += len as u64;
+        self.large_allocations += 1;
         // SAFETY: a live allocation's pointer is never null.
         let ptr = unsafe { NonNull::new_unchecked(c.mem.ptr()) };
         Frag {
@@ -407,16 +439,23 @@ impl FragCache {
         }
     }
 
-    /// Allocates the header and zeroed memory of a large allocation; count zero, not counted.
+    /// Allocates the header and zeroed memory of a large allocation; count zero, not counted in
+    /// `large_allocations` (the caller counts it when it becomes a fragment).
     pub(super) fn new_large(&mut self, len: usize, align: usize) -> NonNull<Block> {
         let layout = Layout::from_size_align(len, align).unwrap_or_else(|_| {
             panic!("FragCache: a fragment of {len} bytes aligned to {align} overflows isize")
         });
         debug_assert!(len > 0);
         // SAFETY: `layout` has a non-zero size (callers never ask for an empty large fragment).
-        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-            .unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        self.large_allocations += 1;
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) });
+        // A refusal is a panic, not `handle_alloc_error`'s abort: it is one request's size that
+        // the allocator cannot serve (a bad argument, from the caller's side), nothing has been
+        // changed yet, and smaller requests still work.
+        let ptr = ptr.unwrap_or_else(|| {
+            panic!(
+                "FragCache: no memory for a dedicated fragment of {len} bytes aligned to {align}"
+            )
+        });
         self.shared.mapped.fetch_add(len, Ordering::Relaxed);
         new_block(Memory::Heap { ptr, layout }, true, 0, &self.shared)
     }
@@ -511,10 +550,97 @@ mod tests {
         assert_eq!(cache.stats().bytes_outstanding, 1);
     }
 
+    /// Parks `n` whole-block fragments' blocks: allocates them all, moves on, drops them.
+    fn park(cache: &mut FragCache, n: usize) {
+        let block = cache.block_size();
+        let frags: Vec<_> = (0..n).map(|_| cache.alloc(block)).collect();
+        let next = cache.alloc(block); // lets go of the last of them
+        drop(frags);
+        drop(next); // still the block being carved: not parked
+    }
+
+    #[test]
+    fn spare_list_is_bounded_in_bytes_whatever_the_block_size() {
+        for block in [4096, 32 << 10, 1 << 20, 2 << 20, 64 << 20] {
+            let mut cache = FragCache::with_block_size(block);
+            park(&mut cache, 8); // mapped lazily and never touched: no memory is used
+            let s = cache.stats();
+            // Before: 64 MiB blocks parked 4 (256 MiB), 1 MiB blocks 4 (4 MiB). (`<=`: the
+            // background trimmer may visit meanwhile.)
+            let most = (MAX_SPARE_BYTES / block).min(8);
+            assert!(s.spare_blocks <= most, "{block}: {s:?}");
+            assert!(s.bytes_mapped <= (most + 1) * block, "{block}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn idle_trim_keeps_at_most_idle_keep_bytes() {
+        use super::super::block::IDLE_KEEP_BYTES;
+        for block in [4096, 32 << 10, 1 << 20] {
+            let mut cache = FragCache::with_block_size(block);
+            park(&mut cache, 8);
+            cache.shared.trim(false); // the trimmer's first visit: the cache was busy
+            cache.shared.trim(false); // no refill since: idle
+            let s = cache.stats();
+            // Before: two blocks whatever their size (2 MiB of 1 MiB blocks).
+            assert_eq!(
+                s.spare_blocks,
+                (IDLE_KEEP_BYTES / block).min(8),
+                "{block}: {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncate_to_zero_gives_the_block_back() {
+        let mut cache = FragCache::with_block_size(4096);
+        let mut a = cache.alloc(4096);
+        let _b = cache.alloc(1); // lets go of a's block
+        a.truncate(0);
+        assert!(
+            a.is_empty() && a.block.is_none(),
+            "an empty fragment holds a block"
+        );
+        // Before: the empty fragment kept the block until it was dropped.
+        let s = cache.stats();
+        assert_eq!((s.spare_blocks, s.bytes_outstanding), (1, 1), "{s:?}");
+        let mut c = cache.alloc(10);
+        c.truncate(3);
+        assert_eq!(c.len(), 3);
+    }
+
+    #[test]
+    fn bytes_mapped_counts_whole_pages() {
+        let mut cache = FragCache::with_block_size(4096);
+        let _a = cache.alloc(1);
+        let page = crate::sys::mm::page_size();
+        assert_eq!(cache.stats().bytes_mapped, 4096usize.next_multiple_of(page));
+    }
+
     #[test]
     #[should_panic(expected = "not a power of two")]
     fn bad_alignment_panics() {
         FragCache::new().alloc_aligned(8, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "align 1099511627776 exceeds")]
+    fn huge_alignment_panics() {
+        // Aborted the process ("memory allocation of 1 bytes failed") before.
+        FragCache::new().alloc_aligned(1, 1 << 40);
+    }
+
+    #[test]
+    #[should_panic(expected = "no memory for a dedicated fragment of 4611686018427387904 bytes")]
+    fn refused_large_allocation_panics() {
+        FragCache::new().alloc(1 << 62);
+    }
+
+    #[test]
+    #[should_panic(expected = "no memory for a dedicated fragment")]
+    fn refused_large_builder_panics() {
+        let mut cache = FragCache::new();
+        let _ = cache.prepare(1 << 62, 1 << 62);
     }
 
     #[test]

@@ -33,7 +33,11 @@ impl fmt::Debug for PreparedFrag<'_> {
 }
 
 impl PreparedFrag<'_> {
-    /// Keeps the first `n` bytes as a fragment; the rest stays with the cache.
+    /// Keeps the first `n` bytes as a fragment; the rest stays with the cache. From a dedicated
+    /// allocation (a `min` larger than a block), the fragment holds the whole allocation until
+    /// it is dropped, and [`FragStats::bytes_outstanding`] counts all of it.
+    ///
+    /// [`FragStats::bytes_outstanding`]: crate::FragStats::bytes_outstanding
     ///
     /// # Panics
     /// If `n` is larger than the room offered (`self.len()`).
@@ -50,8 +54,11 @@ impl PreparedFrag<'_> {
             // SAFETY: this buffer's own dedicated allocation, referenced by nothing else.
             let c = unsafe { block.as_ref() };
             c.count.store(1, Ordering::Relaxed);
-            c.handed.store(n, Ordering::Relaxed);
-            self.cache.let_go_handed += n as u64;
+            // The whole allocation stays held by the fragment, however short the commit.
+            let held = c.mem.len();
+            c.handed.store(held, Ordering::Relaxed);
+            self.cache.let_go_handed += held as u64;
+            self.cache.large_allocations += 1;
             return Frag {
                 block: Some(block),
                 ptr: self.ptr,
@@ -101,7 +108,8 @@ impl FragCache {
     /// larger than a block gets a dedicated allocation of exactly `min` bytes.
     ///
     /// # Panics
-    /// If `min > max`, or `min` overflows `isize`.
+    /// If `min > max`, `min` overflows `isize`, or the dedicated allocation for a `min` larger
+    /// than a block is refused by the global allocator.
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -261,11 +269,29 @@ mod tests {
         let big = big.commit(10_000);
         cache.prepare(5000, 5000).abort();
         let s = cache.stats();
-        assert_eq!(s.large_allocations, 2);
+        assert_eq!(s.large_allocations, 1, "the aborted builder is not counted");
         assert_eq!(s.bytes_mapped, 4096 + 10_000);
         assert_eq!(s.bytes_outstanding, 2 + 10 + 10_000);
         drop((f, g, big));
         assert_eq!(cache.stats().bytes_outstanding, 0);
         assert_eq!(cache.stats().bytes_mapped, 4096);
+    }
+
+    #[test]
+    fn large_builder_committed_short_counts_its_whole_allocation() {
+        let mut cache = FragCache::with_block_size(4096);
+        let short = cache.prepare(10_000, 10_000).commit(100);
+        let s = cache.stats();
+        // Before: 100 outstanding while 10,000 bytes stayed held.
+        assert_eq!(
+            (s.bytes_outstanding, s.bytes_mapped, s.large_allocations),
+            (10_000, 10_000, 1)
+        );
+        cache.prepare(10_000, 10_000).commit(0); // nothing kept: not counted
+        cache.prepare(10_000, 10_000).abort();
+        assert_eq!(cache.stats().large_allocations, 1);
+        drop(short);
+        let s = cache.stats();
+        assert_eq!((s.bytes_outstanding, s.bytes_mapped), (0, 0));
     }
 }

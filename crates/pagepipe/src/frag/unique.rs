@@ -68,7 +68,9 @@ impl Frag {
 
     /// Shortens the fragment to its first `len` bytes; does nothing when it is not longer. The
     /// bytes cut off stay allocated (and unused) until the fragment is dropped, as in a
-    /// network driver's receive buffer whose packet is shorter than the buffer.
+    /// network driver's receive buffer whose packet is shorter than the buffer. `truncate(0)`
+    /// is the exception: the fragment becomes empty and gives its share of the block back at
+    /// once, as dropping it would (an empty fragment holds no memory).
     ///
     /// ```
     /// let mut cache = pagepipe::FragCache::new();
@@ -78,6 +80,10 @@ impl Frag {
     /// assert_eq!(&f[..], b"pkt");
     /// ```
     pub fn truncate(&mut self, len: usize) {
+        if len == 0 {
+            // Keeps the `block` invariant (a fragment with a block is not empty).
+            drop(std::mem::take(self));
+        }
         self.len = self.len.min(len);
     }
 
