@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run of the fragment cache (issue 28, item 5): its unit tests and the property
 # test tests/frag.rs (fragments dropped on another thread racing refills, the spare list and
-# shrink()), built with TSan and an instrumented std. Not part of .ci/run.
+# shrink()), built with TSan and an instrumented std. .ci/run runs it where nightly is present
+# (about 3 minutes here).
 #
 # Needs a nightly toolchain with rust-src (rustup component add rust-src --toolchain nightly).
 # Usage: scripts/frag-tsan.sh [extra cargo test arguments]
