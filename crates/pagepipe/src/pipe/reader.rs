@@ -191,7 +191,7 @@ impl Reader {
         }
         loop {
             let mut rs = sh.lock_read(sh.lock_wait(nonblocking, deadline))?;
-            let n = consume(sh, &mut rs, max, (true, true), copy)?;
+            let n = consume(sh, &mut rs, max, By::Read, copy)?;
             if n > 0 {
                 self.end.sync();
                 return Ok(n);
@@ -201,7 +201,7 @@ impl Reader {
             // kernel: a killed writer bumps no counter, and an event loop woken by POLLHUP must
             // see end of file, not WouldBlock.
             if self.end.peer_gone(nonblocking) {
-                let n = consume(sh, &mut rs, max, (true, true), copy);
+                let n = consume(sh, &mut rs, max, By::Read, copy);
                 self.end.sync();
                 return n;
             }
@@ -294,18 +294,26 @@ fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usi
     Ok((start as usize, end as usize, st))
 }
 
+/// Who consumes, which decides how far [`consume`] goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    /// A read: takes what is queued, slots published meanwhile too, and at most one packet (a
+    /// packet slot is released after one run whatever is left of it).
+    Read,
+    /// A chunk's `consume`: only the slots the chunk showed (up to the guard's `cached_head`),
+    /// packets as plain bytes.
+    Chunk,
+}
+
 /// Consumes up to `max` queued bytes from the tail, handing each run to
-/// `sink(offset, first byte, length)`, and releases every slot it drains. With `packet_reads`,
-/// a packet slot is released after one run whatever is left of it, and consumption stops there
-/// (a read returns at most one packet). With `reload_head`, slots published meanwhile are
-/// consumed too (a read takes what is queued); without, only those up to the guard's
-/// `cached_head` (a chunk consumes what it showed). A corrupt slot stops it: the bytes consumed
-/// before are returned, and the error when there are none.
+/// `sink(offset, first byte, length)`, and releases every slot it drains; how far it goes is
+/// `by`'s (see [`By`]). A corrupt slot stops it: the bytes consumed before are returned, and
+/// the error when there are none.
 fn consume(
     sh: &Shared,
     rs: &mut ReadGuard<'_>,
     max: usize,
-    (packet_reads, reload_head): (bool, bool),
+    by: By,
     mut sink: impl FnMut(usize, *const u8, usize),
 ) -> io::Result<usize> {
     let (mut tail, mut head) = (rs.tail, rs.cached_head);
@@ -319,7 +327,7 @@ fn consume(
     let mut empty = 0;
     while n < max && empty <= ring.size {
         if tail == head {
-            if !reload_head {
+            if by == By::Chunk {
                 break;
             }
             head = sh.load_head(tail, ring.size).unwrap_or_else(|e| {
@@ -353,7 +361,7 @@ fn consume(
         sink(n, ring.page(pos).wrapping_add(start), c);
         n += c;
         empty += usize::from(c == 0);
-        let packet_done = st & PACKET != 0 && packet_reads;
+        let packet_done = st & PACKET != 0 && by == By::Read;
         if start + c < end && !packet_done {
             slot.start.store((start + c) as u64, Ordering::Relaxed);
             break; // the caller's buffer is full
@@ -496,7 +504,7 @@ impl ReadChunk<'_> {
     /// validated it stops the consumption early; the next read reports it.
     pub fn consume(mut self, n: usize) {
         let sh = self.guard.sh;
-        let _ = consume(sh, &mut self.guard, n, (false, false), |_, _, _| {});
+        let _ = consume(sh, &mut self.guard, n, By::Chunk, |_, _, _| {});
         self.end.sync();
     }
 }
@@ -550,11 +558,13 @@ mod tests {
             let (_, slot) = Ring::new(&sh.region, size).slot(head);
             slot.start.store(0, Ordering::Relaxed);
             slot.state.store(CAN_MERGE, Ordering::Relaxed);
+            // Release: publishes the slot, as `publish` does (pairs with the read's Acquire
+            // load of head).
             h.head.word.fetch_add(ONE, Ordering::Release);
         };
         publish_empty();
         let mut looked = 0;
-        let n = consume(sh, &mut rs, 100, (true, true), |_, _, len| {
+        let n = consume(sh, &mut rs, 100, By::Read, |_, _, len| {
             assert_eq!(len, 0);
             looked += 1;
             assert!(looked < 10 * size, "a read kept consuming empty slots");
