@@ -66,3 +66,12 @@ pub(crate) fn held_too_long(tid: u64, waited: std::time::Duration) -> io::Error 
         ),
     )
 }
+
+/// `TimedOut`: a poster found the ring full with its last record released, and the reader did
+/// not move tail past it for `waited` (a reader preempted mid-release, or a peer's flag).
+pub(crate) fn release_stuck(record: u64, tail: u64, waited: std::time::Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("record {record} released but tail stuck at {tail} for {waited:?}"),
+    )
+}

@@ -43,11 +43,18 @@ pub(crate) enum Wait {
     /// Until the lock is free or its holder is found dead, at most until the deadline if any.
     Until(Option<Instant>),
     /// Until the lock is free or its holder is found dead, never sleeping: spins and yields,
-    /// asking the OS about the holder now and then, for at most [`SPIN_PATIENCE`] (then
+    /// asking the OS about the holder now and then, until the deadline (then
     /// `TimedOut`: a word a peer wrote, naming a live thread that holds nothing, must not keep
     /// a poster spinning). For notification posters, which must not sleep and hold the lock
     /// only to copy one record (as the kernel's poster spins on its queue's spinlock).
-    Spin,
+    Spin(Instant),
+}
+
+impl Wait {
+    /// [`Wait::Spin`] for at most [`SPIN_PATIENCE`] from now.
+    pub(crate) fn spin() -> Wait {
+        Wait::Spin(Instant::now() + SPIN_PATIENCE)
+    }
 }
 
 /// How a lock was taken.
@@ -138,7 +145,7 @@ impl SideLock {
         let deadline = match wait {
             Wait::Never => None,
             Wait::Until(d) => d,
-            Wait::Spin => return self.lock_spin(me),
+            Wait::Spin(until) => return self.lock_spin(me, until),
         };
         let mut spins = 0u32;
         let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
@@ -201,10 +208,10 @@ impl SideLock {
     /// [`SPIN_YIELD`] turns), and every [`SPIN_CHECK`] turns take the lock over if the holder
     /// the word names is dead.
     #[cold]
-    fn lock_spin(&self, me: u64) -> io::Result<Taken> {
+    fn lock_spin(&self, me: u64, until: Instant) -> io::Result<Taken> {
         let mut turns = 0u32;
-        #[cfg(not(loom))]
-        let started = Instant::now();
+        #[cfg(loom)]
+        let _ = until;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
             match self.look(cur, me, cur & WAITERS) {
@@ -221,7 +228,7 @@ impl SideLock {
             }
             if turns % SPIN_YIELD == 0 {
                 #[cfg(not(loom))]
-                if started.elapsed() >= SPIN_PATIENCE {
+                if Instant::now() >= until {
                     return Err(held_too_long(cur & TID_MASK, SPIN_PATIENCE));
                 }
                 crate::sync::yield_now();
@@ -398,9 +405,8 @@ const SPINS: u32 = 0;
 const SPIN_YIELD: u32 = 64;
 #[cfg(loom)]
 const SPIN_YIELD: u32 = 1;
-/// The longest [`Wait::Spin`] waits for a holder that lives (a poster copies one record: a
+/// The longest a [`Wait::spin`] waits for a holder that lives (a poster copies one record: a
 /// live holder keeps the lock for microseconds).
-#[cfg(not(loom))]
 pub(crate) const SPIN_PATIENCE: Duration = Duration::from_millis(100);
 
 /// [`Wait::Spin`] asks the OS whether the holder lives every this many turns (a `/proc` read:

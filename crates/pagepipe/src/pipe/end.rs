@@ -253,7 +253,7 @@ impl End {
     #[cfg(not(loom))]
     fn enable_polling(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::Spin) else {
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::spin()) else {
             return; // the region names this thread as holder: corrupt; nothing to make exact
         };
         self.recover_signals(taken);
@@ -292,7 +292,7 @@ impl End {
     #[inline(never)]
     fn sync_polled(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::Spin) else {
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::spin()) else {
             return;
         };
         self.recover_signals(taken);

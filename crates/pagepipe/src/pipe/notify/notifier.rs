@@ -2,7 +2,7 @@
 //! the module docs of `pipe::notify`).
 
 use super::record::{filters_pass, Notification, RECORD_MAX};
-use crate::error::{broken_pipe, invalid};
+use crate::error::{broken_pipe, release_stuck};
 use crate::lock;
 use crate::pipe::end::End;
 use crate::pipe::shared::{publish, Ring, Shared, WriteGuard};
@@ -10,14 +10,11 @@ use crate::region::{LOSS, RELEASED};
 use crate::ring;
 use crate::sync::{Arc, Ordering};
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Turns a poster spins waiting for a reader between its release and its tail update before it
 /// asks the OS whether that reader is alive.
 const RELEASE_CHECK: u32 = 1 << 12;
-/// How long a poster waits for a reader to move tail past a record it released before it
-/// calls the region corrupt (a live reader takes nanoseconds, or a scheduler tick).
-const RELEASE_PATIENCE: Duration = Duration::from_secs(1);
 /// That wait yields the CPU every this many turns (every turn under loom, which needs a yield
 /// to make progress in a spin loop).
 #[cfg(not(loom))]
@@ -62,7 +59,9 @@ impl Notifier {
     /// [`crate::MAX_PAYLOAD`]; [`io::ErrorKind::BrokenPipe`] when no reader is left;
     /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt; [`io::ErrorKind::TimedOut`]
     /// if the write side stayed held for 100 ms (a poster holds it for microseconds: a peer
-    /// wrote a live thread's identity into the lock).
+    /// wrote a live thread's identity into the lock), or if the ring is full and a reader in
+    /// the middle of a release did not move on for 100 ms: a post spins for at most 100 ms for
+    /// the side, then 100 ms for the reader.
     pub fn post(&self, n: &Notification) -> io::Result<bool> {
         let mut rec = [0u8; RECORD_MAX];
         let len = n.encode(&mut rec)?;
@@ -74,7 +73,7 @@ impl Notifier {
         if !filters_pass(sh.header(), word, n.info()) {
             return Ok(true);
         }
-        let mut ws = sh.lock_write(lock::Wait::Spin)?;
+        let mut ws = sh.lock_write(lock::Wait::spin())?;
         let posted = post_locked(sh, &mut ws, &rec[..len]);
         drop(ws);
         if posted? {
@@ -111,11 +110,10 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
         }
         turns = turns.wrapping_add(1);
         let check = turns % RELEASE_CHECK == 0;
-        if check && started.get_or_insert_with(Instant::now).elapsed() > RELEASE_PATIENCE {
-            return Err(invalid(format!(
-                "record {} released but tail stuck at {tail} for {RELEASE_PATIENCE:?}",
-                ws.head - 1
-            )));
+        if check && started.get_or_insert_with(Instant::now).elapsed() > lock::SPIN_PATIENCE {
+            // A reader preempted between its release and its tail update, or a peer that
+            // set the flag: either way, not worth more than this.
+            return Err(release_stuck(ws.head - 1, tail, lock::SPIN_PATIENCE));
         }
         // No live reader in the middle of a release: a dead one's successor, or a peer that
         // wrote the flag, owes the LOSS record (see `Shared::lock_read`).
