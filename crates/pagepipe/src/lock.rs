@@ -8,11 +8,13 @@
 //! half written.
 //!
 //! A contended taker spins briefly, then sets [`WAITERS`] and sleeps on the word's low half (a
-//! shared futex) for at most [`TICK`]. When a tick passes with the same holder, it asks the OS
-//! whether that thread still exists; if not, it takes the lock over and tells its caller, who
-//! recovers the side's state (see `Shared::read_guard` in `pipe/shared.rs`). Nothing is trusted in the word:
-//! a value naming no live thread is a dead holder; a value naming the caller itself is reported
-//! as [`io::ErrorKind::Deadlock`] rather than waited on forever.
+//! shared futex) for at most [`TICK`]. When a tick passes with the same holder, or it is woken
+//! with the word unchanged (the death watcher nudges sleepers when a process dies: `nudge`),
+//! it asks the OS whether that thread still exists; if not, it takes the lock over and tells its
+//! caller, who recovers the side's state (see `Shared::read_guard` in `pipe/shared.rs`).
+//! Nothing is trusted in the word: a value naming no live thread is a dead holder; a value
+//! naming the caller, who does not hold it, is taken over too; only a caller that holds it
+//! (a chunk alive) gets [`io::ErrorKind::Deadlock`].
 //!
 //! Why not robust pthread mutexes: their layout is libc's, the kernel walks list pointers that
 //! a hostile peer could write, and loom cannot model them (DESIGN.md, "Cross-process").
@@ -27,6 +29,38 @@ use std::time::{Duration, Instant};
 pub(crate) const WAITERS: u64 = 1 << 31;
 /// The thread id bits of a lock word.
 const TID_MASK: u64 = WAITERS - 1;
+/// When this process last learned that a peer process died (ms on [`clock_ms`]'s clock).
+#[cfg(not(loom))]
+static LAST_DEATH_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Milliseconds since this process first asked (never 0).
+#[cfg(not(loom))]
+fn clock_ms() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// The death watcher saw a peer process die (see `watch.rs`): for a while, contended takers
+/// check the holder before their first sleep instead of after a tick.
+#[cfg(not(loom))]
+pub(crate) fn note_death() {
+    LAST_DEATH_MS.store(clock_ms(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a peer died in the last second (see [`note_death`]).
+#[cfg(not(loom))]
+fn death_recent() -> bool {
+    let last = LAST_DEATH_MS.load(std::sync::atomic::Ordering::Relaxed);
+    last != 0 && clock_ms().saturating_sub(last) < 1000
+}
+
+#[cfg(loom)]
+fn death_recent() -> bool {
+    false
+}
+
+/// A holder identity no thread has: thread id `TID_MASK` (above every `pid_max`), start time 0.
+const DEAD_HOLDER: u64 = TID_MASK;
 /// How long a taker sleeps before it checks that the holder is alive.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
 
@@ -163,7 +197,11 @@ impl SideLock {
                 continue;
             }
             let never = matches!(wait, Wait::Never);
-            if (never || suspect == Some(cur | WAITERS)) && !holder_alive(cur)? {
+            // Check the holder before the first sleep too when a process just died (its
+            // holds are likely what we wait for); otherwise only after a tick or a nudge, so
+            // a contended lock with live holders costs no check.
+            let check = never || suspect == Some(cur | WAITERS) || (waited == 0 && death_recent());
+            if check && !holder_alive(cur)? {
                 if self.take_over(cur, me) {
                     return Ok(Taken::FromDead);
                 }
@@ -195,12 +233,11 @@ impl SideLock {
                 }
                 tick = tick.min(d - now);
             }
-            if self.sleep(cur | WAITERS, tick) {
-                suspect = None;
-            } else {
-                // A whole tick with the word unchanged: check the holder before the next one.
-                suspect = Some(cur | WAITERS);
-            }
+            // Woken with the word unchanged (a nudge: the death watcher saw a side die, see
+            // `nudge`), or a whole tick with it unchanged: check the holder before sleeping
+            // again. A release changes the word, so a contended lock costs no check.
+            let _woken = self.sleep(cur | WAITERS, tick);
+            suspect = Some(cur | WAITERS);
         }
     }
 
@@ -303,6 +340,27 @@ impl SideLock {
         if old & WAITERS != 0 {
             self.wake_one();
         }
+    }
+
+    /// Leaves the lock as a holder that died would: named by an identity no thread has, so the
+    /// next taker takes it over and recovers the side's state ([`Taken::FromDead`]). For a
+    /// taker that finds it must not use the side yet (a resize to settle first) after it may
+    /// have taken it from a dead holder: an ordinary unlock would hide that recovery is owed.
+    pub(crate) fn abandon(&self) {
+        held::remove(self.addr());
+        // Release: as in `unlock` (we changed nothing, but pair anyway).
+        let old = self.word.swap(DEAD_HOLDER, Ordering::Release);
+        if old & WAITERS != 0 {
+            self.wake_one();
+        }
+    }
+
+    /// Wakes every taker sleeping on the lock, without changing it: each checks that the
+    /// holder still lives before it sleeps again. For the death watcher, which learns that a
+    /// process died (it may have held this lock) before any tick would.
+    #[cfg(not(loom))]
+    pub(crate) fn nudge(&self) {
+        crate::sys::futex::wake_shared(self.word.as_ptr().cast());
     }
 
     /// Sleeps while the word is `seen`, at most `timeout`; false on timeout.

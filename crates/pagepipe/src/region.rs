@@ -165,6 +165,44 @@ pub(crate) struct Header {
     pub(crate) nr_filters: ColdU32,
     /// `[kind, info_filter, info_mask, subtypes]` per filter.
     pub(crate) filters: [[ColdU32; 4]; 16],
+    /// A resize in progress (see `pipe/capacity.rs`): the queued slots have been copied to a
+    /// staging area, so a resizer killed halfway leaves them for the next taker of a side.
+    pub(crate) resize: ResizeJournal,
+}
+
+/// The journal of a resize: where the queued slots wait while the ring is rewritten. Written
+/// with both sides held; `state` is [`STAGED`] from the moment the copy to staging is complete
+/// until the ring is rewritten, 0 otherwise. Everything in it is validated before use.
+#[repr(C)]
+pub(crate) struct ResizeJournal {
+    pub(crate) state: ColdU32,
+    /// Queued slots, staged at positions `staging..staging + count`.
+    pub(crate) count: ColdU32,
+    pub(crate) old_ring: ColdU32,
+    pub(crate) new_ring: ColdU32,
+    /// First staging position: `max(old_ring, new_ring)`.
+    pub(crate) staging: ColdU32,
+    _pad: ColdU32,
+    /// Index of the first queued slot (the ring's tail).
+    pub(crate) tail: ColdU64,
+}
+
+/// [`ResizeJournal::state`] while the staged slots are the only complete copy.
+pub(crate) const STAGED: u32 = 0x5354_4744;
+
+#[cfg(loom)]
+impl ResizeJournal {
+    fn new() -> ResizeJournal {
+        ResizeJournal {
+            state: ColdU32::new(0),
+            count: ColdU32::new(0),
+            old_ring: ColdU32::new(0),
+            new_ring: ColdU32::new(0),
+            staging: ColdU32::new(0),
+            _pad: ColdU32::new(0),
+            tail: ColdU64::new(0),
+        }
+    }
 }
 
 #[cfg(not(loom))]
@@ -189,6 +227,8 @@ const _: () = {
     assert!(offset_of!(Header, closes) == 1168);
     assert!(offset_of!(Header, notes) == 1184);
     assert!(offset_of!(Header, filters) == 1200);
+    assert!(offset_of!(Header, resize) == 1456);
+    assert!(size_of::<ResizeJournal>() == 32);
     assert!(size_of::<Header>() <= HEADER_SIZE);
     assert!(align_of::<Header>() <= PAGE_SIZE);
     assert!(size_of::<Slot>() == 64);
@@ -424,6 +464,7 @@ impl Region {
             filter_seq: ColdU32::new(0),
             nr_filters: ColdU32::new(0),
             filters: Default::default(),
+            resize: ResizeJournal::new(),
         });
         let slots: Box<[Slot]> = (0..ring_size).map(|_| Slot::free()).collect();
         let arena: Box<[std::cell::UnsafeCell<u8>]> = (0..ring_size * config.slot_size)

@@ -83,6 +83,12 @@ impl crate::watch::Watched for End {
             h.writable.wake_all();
         }
         self.waiters().wake();
+        // The dead processes may have held a lock: its sleepers check now, not in a tick, and
+        // so do takers that come soon.
+        lock::note_death();
+        h.write_side.lock.nudge();
+        h.read_side.lock.nudge();
+        h.sig_lock.nudge();
         true
     }
 }

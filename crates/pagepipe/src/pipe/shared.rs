@@ -287,9 +287,56 @@ impl Shared {
         self.region.config
     }
 
+    /// Takes side `side`'s lock. A resize whose resizer died before it finished (its journal
+    /// still staged, see `pipe/capacity.rs`) is settled first: the lock is abandoned as a dead
+    /// holder would leave it (so whoever takes it next still recovers the side's state), both
+    /// sides are taken in resize order (write, then read) and the resize is finished.
+    fn take(&self, side: Side, wait: lock::Wait) -> io::Result<Taken> {
+        let lock = &self.side_line(side).lock;
+        loop {
+            let taken = lock.lock(wait)?;
+            if !self.resize_pending() {
+                return Ok(taken);
+            }
+            lock.abandon();
+            self.settle_resize(wait)?;
+        }
+    }
+
+    /// The shared line of side `side`.
+    fn side_line(&self, side: Side) -> &region::SideLine {
+        let h = self.header();
+        match side {
+            Side::Write => &h.write_side,
+            Side::Read => &h.read_side,
+        }
+    }
+
+    /// Whether a resize's journal is staged (one load of a cold word). Only a resizer that died
+    /// leaves it so for anyone who holds a side: a live one holds both until it clears it.
+    #[inline]
+    pub(crate) fn resize_pending(&self) -> bool {
+        // Acquire: pairs with the Release store of STAGED in `set_capacity`, so the staged
+        // slots are visible to whoever settles.
+        self.header().resize.state.load(Ordering::Acquire) != 0
+    }
+
+    /// Takes both sides in resize order, as [`Shared::lock_write`] and
+    /// [`Shared::lock_read`] do but without settling (this is the settling) and without
+    /// skipping released slots (a resizer releases none, and the ring may be half rewritten).
+    pub(crate) fn lock_both_raw(
+        &self,
+        wait: lock::Wait,
+    ) -> io::Result<(WriteGuard<'_>, ReadGuard<'_>)> {
+        let h = self.header();
+        let ws = self.write_guard(h.write_side.lock.lock(wait)?, true)?;
+        let rs = self.read_guard(h.read_side.lock.lock(wait)?, false)?;
+        Ok((ws, rs))
+    }
+
     /// Takes the write side and reads its state from the region.
     pub(crate) fn lock_write(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
-        self.write_guard(self.header().write_side.lock.lock(wait)?, true)
+        self.write_guard(self.take(Side::Write, wait)?, true)
     }
 
     /// [`Shared::lock_write`] without loading the head word to check the saved head against
@@ -301,7 +348,7 @@ impl Shared {
     /// find. A write that only merges checks nothing: it touches the slot before the saved
     /// head, which is memory-safe whatever the word says.
     pub(crate) fn lock_write_unchecked(&self, wait: lock::Wait) -> io::Result<WriteGuard<'_>> {
-        self.write_guard(self.header().write_side.lock.lock(wait)?, false)
+        self.write_guard(self.take(Side::Write, wait)?, false)
     }
 
     /// [`Shared::lock_write_unchecked`] if the write side is free now, without waiting
@@ -309,7 +356,12 @@ impl Shared {
     /// the general one, which waits or reports.
     #[inline]
     pub(crate) fn try_lock_write_unchecked(&self) -> Option<WriteGuard<'_>> {
-        if !self.header().write_side.lock.try_lock() {
+        let lock = &self.header().write_side.lock;
+        if !lock.try_lock() {
+            return None;
+        }
+        if self.resize_pending() {
+            lock.abandon(); // the general path settles it
             return None;
         }
         self.write_guard(Taken::Clean, false).ok()
@@ -339,7 +391,7 @@ impl Shared {
     /// Takes the read side and reads its state from the region; after a reader that died
     /// holding it, skips the slots it had released but not yet handed back.
     pub(crate) fn lock_read(&self, wait: lock::Wait) -> io::Result<ReadGuard<'_>> {
-        self.read_guard(self.header().read_side.lock.lock(wait)?)
+        self.read_guard(self.take(Side::Read, wait)?, true)
     }
 
     /// [`Shared::lock_read`] if the read side is free now, without waiting (`None`: it is
@@ -347,16 +399,21 @@ impl Shared {
     /// one, which waits or reports.
     #[inline]
     pub(crate) fn try_lock_read(&self) -> Option<ReadGuard<'_>> {
-        if !self.header().read_side.lock.try_lock() {
+        let lock = &self.header().read_side.lock;
+        if !lock.try_lock() {
             return None;
         }
-        self.read_guard(Taken::Clean).ok()
+        if self.resize_pending() {
+            lock.abandon(); // the general path settles it
+            return None;
+        }
+        self.read_guard(Taken::Clean, true).ok()
     }
 
     /// The guard of the read side just taken (`taken`): its state read from the region, and
-    /// after a dead holder, the slots it released skipped.
+    /// after a dead holder, the slots it released skipped (if `recover`).
     #[inline]
-    fn read_guard(&self, taken: Taken) -> io::Result<ReadGuard<'_>> {
+    fn read_guard(&self, taken: Taken, recover: bool) -> io::Result<ReadGuard<'_>> {
         let h = self.header();
         let (tail, cached_head) =
             load_side_state(&h.read_side, taken, &h.tail.word, &h.head.word, true)?;
@@ -371,7 +428,7 @@ impl Shared {
         g.ring_size = self.region.ring_size()?;
         g.limit = self.region.max_usage(g.ring_size)? as u64;
         check_indices(g.cached_head, g.tail, g.ring_size)?;
-        if taken == Taken::FromDead {
+        if taken == Taken::FromDead && recover {
             self.skip_released(&mut g);
         }
         Ok(g)
