@@ -253,6 +253,15 @@ impl AsyncReader {
     }
 }
 
+impl std::fmt::Debug for AsyncReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncReader")
+            .field("reader", self.get_ref())
+            .field("spin", &self.spin())
+            .finish_non_exhaustive()
+    }
+}
+
 impl AsyncRead for AsyncReader {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -392,6 +401,15 @@ impl AsyncWriter {
     }
 }
 
+impl std::fmt::Debug for AsyncWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncWriter")
+            .field("writer", self.get_ref())
+            .field("spin", &self.spin())
+            .finish_non_exhaustive()
+    }
+}
+
 impl AsyncWrite for AsyncWriter {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -431,6 +449,22 @@ impl AsyncWrite for AsyncWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adapters_debug_their_end_and_spin() {
+        let rt = ::tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (w, r) = crate::pipe().unwrap();
+            let (w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+            r.set_spin(None);
+            let (dw, dr) = (format!("{w:?}"), format!("{r:?}"));
+            assert!(dw.starts_with("AsyncWriter { writer: Writer"), "{dw}");
+            assert!(dr.contains("spin: None"), "{dr}");
+        });
+    }
 
     #[test]
     fn the_spin_budget_grows_on_success_collapses_on_failure_and_probes_at_zero() {

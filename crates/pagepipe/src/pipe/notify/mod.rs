@@ -31,5 +31,5 @@ mod reader;
 mod record;
 
 pub use notifier::Notifier;
-pub use reader::NotificationReader;
+pub use reader::{NotificationReader, Notifications};
 pub use record::{Filter, Notification, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD, META_KIND};

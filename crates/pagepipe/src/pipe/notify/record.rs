@@ -69,6 +69,12 @@ impl Notification {
         self.kind == META_KIND && self.subtype == LOSS_SUBTYPE
     }
 
+    /// Whether the record whose bytes start `rec` (at least 4 of them) is a meta record (kind
+    /// [`META_KIND`]), which only the pipe itself makes.
+    pub(crate) fn is_meta_word(rec: &[u8]) -> bool {
+        rec.len() >= 4 && u32::from_le_bytes([rec[0], rec[1], rec[2], 0]) == META_KIND
+    }
+
     /// The record's `info` word: length, id and flags.
     pub fn info(&self) -> u32 {
         let len = (HEADER + self.payload.len()) as u32 & INFO_LENGTH;
