@@ -16,6 +16,22 @@ pub const DEFAULT_CAPACITY: usize = 64 * 1024;
 /// Creates a pipe with Linux's defaults: 64 KiB capacity in 4 KiB slots, blocking, not packet
 /// mode, the default pool policy.
 ///
+/// Returns **(writer, reader)**: the reverse of `std::io::pipe()`'s and `os_pipe::pipe()`'s
+/// (reader, writer) order; the types keep a swap from compiling where an end is used.
+///
+/// # Examples
+///
+/// ```
+/// use std::io::{Read, Write};
+/// let (mut w, mut r) = pagepipe::pipe()?;
+/// w.write_all(b"hi")?;
+/// drop(w); // the last writer: end of file after the queued bytes
+/// let mut s = String::new();
+/// r.read_to_string(&mut s)?;
+/// assert_eq!(s, "hi");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
 /// # Errors
 /// Only if the OS refuses the memory mapping for the ring.
 pub fn pipe() -> io::Result<(Writer, Reader)> {
@@ -73,8 +89,16 @@ impl Builder {
     }
 
     /// Bytes per slot: a power of two from 4 KiB to 1 GiB (default 4 KiB). Larger slots
-    /// reproduce seed 001's "fatpipe"; Linux semantics hold byte for byte only with 4 KiB slots
-    /// (merging and atomicity then work in slot units).
+    /// reproduce the "fat pipe" Linux tried in 2000 (pipe buffers larger than a page for big
+    /// writes; dropped because bandwidth fell: `pagepipe-bench bw --slot-size` measures it).
+    /// Linux semantics hold byte for byte only with 4 KiB slots (merging and atomicity then
+    /// work in slot units).
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::Builder::new().slot_size(16 << 10).capacity(1 << 20).build()?;
+    /// assert_eq!(w.capacity(), 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn slot_size(mut self, bytes: usize) -> Builder {
         self.slot_size = bytes;
         self
@@ -127,7 +151,8 @@ impl Builder {
     }
 }
 
-/// Configures a notification pipe (seed 002, Linux's watch_queue) before creating it; made by
+/// Configures a notification pipe (Linux's watch queue: `pipe2(O_NOTIFICATION_PIPE)`, see
+/// `Documentation/core-api/watch_queue.rst`) before creating it; made by
 /// [`Builder::notifications`].
 #[derive(Clone, Debug)]
 pub struct NotificationBuilder {

@@ -7,7 +7,7 @@
 //! is in another process. While a pipe is confined to the process that made it (no fork since,
 //! no end sent, passed or received) the adapters leave its descriptors alone, so transitions
 //! cost no system call; a fork, a send or a pass switches them to exact descriptors first (see
-//! the README, "Readiness and async").
+//! docs/design.md, "Readiness and async").
 //!
 //! Before an adapter returns `Pending` it spins a little, adaptively, watching the ring (no
 //! syscall): a peer that answers within microseconds (a ping-pong, a stream whose other side

@@ -15,6 +15,8 @@ use std::time::Duration;
 /// A read returns what is queued (up to the buffer's length) without waiting for more; it blocks
 /// only on an empty pipe, and returns `Ok(0)` (end of file) once the pipe is empty and no
 /// writer is left in any process (dropped, exited or killed).
+///
+/// Its `AsFd` descriptor is for polling only, not a descriptor of the data (see the `AsFd` impl).
 pub struct Reader {
     pub(crate) end: Arc<End>,
 }

@@ -22,6 +22,9 @@ pub const PIPE_BUF: usize = 4096;
 /// are atomic even with many concurrent writers, in any number of processes, and even if the
 /// writer is killed in the middle of one.
 ///
+/// Its `AsFd` descriptor is for polling only, not a descriptor of the data (see the `AsFd` impl
+/// on [`crate::Reader`]).
+///
 /// ```
 /// use std::io::{Read, Write};
 /// let (mut w, mut r) = pagepipe::pipe()?;
