@@ -66,6 +66,24 @@ impl Default for Builder {
 
 impl Builder {
     /// Linux's defaults (see [`pipe`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use pagepipe::{Builder, PoolPolicy};
+    /// let (w, r) = Builder::new()
+    ///     .capacity(1 << 20)                        // F_SETPIPE_SZ rounding
+    ///     .pool(PoolPolicy::Adaptive { keep: 4 })
+    ///     .packet_mode(true)                        // O_DIRECT pipes: one write, one packet
+    ///     .build()?;
+    /// (&w).write_all(b"one")?;
+    /// (&w).write_all(b"two")?;
+    /// let mut buf = [0u8; 16];
+    /// assert_eq!((&r).read(&mut buf)?, 3);          // a read returns one packet
+    /// assert_eq!(w.capacity(), 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn new() -> Builder {
         Builder {
             capacity: DEFAULT_CAPACITY,
@@ -77,12 +95,18 @@ impl Builder {
 
     /// The capacity in bytes; rounded up as `F_SETPIPE_SZ` rounds (a power-of-two number of
     /// pages), then to whole slots. Must be from 1 byte to [`crate::MAX_CAPACITY`].
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn capacity(mut self, bytes: usize) -> Builder {
         self.capacity = bytes;
         self
     }
 
     /// How the pipe recycles its pages; see [`PoolPolicy`].
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn pool(mut self, policy: PoolPolicy) -> Builder {
         self.policy = policy;
         self
@@ -106,6 +130,9 @@ impl Builder {
 
     /// Packet mode, like a Linux `O_DIRECT` pipe: each write of up to one slot is a packet, never
     /// merged; a read returns at most one packet and discards what of it did not fit.
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn packet_mode(mut self, packet: bool) -> Builder {
         self.packet = packet;
         self
@@ -136,6 +163,9 @@ impl Builder {
     /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`crate::MAX_CAPACITY`], or
     /// a slot size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
     /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn build(self) -> io::Result<(Writer, Reader)> {
         check_slot_size(self.slot_size)?;
         let ring_size = ring_size_for(self.capacity, self.slot_size)?;
@@ -162,6 +192,20 @@ pub struct NotificationBuilder {
 
 impl NotificationBuilder {
     /// How the pipe recycles its pages; see [`PoolPolicy`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification, PoolPolicy};
+    /// let (notifier, mut reader) = Builder::new()
+    ///     .notifications(16)
+    ///     .pool(PoolPolicy::default())
+    ///     .build()?;
+    /// assert_eq!(notifier.capacity(), 16);
+    /// notifier.post(&Notification { kind: 1, ..Default::default() })?;
+    /// assert_eq!(reader.read_notification()?.kind, 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn pool(mut self, policy: PoolPolicy) -> NotificationBuilder {
         self.policy = policy;
         self
@@ -174,6 +218,9 @@ impl NotificationBuilder {
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than [`crate::MAX_RECORDS`] records;
     /// [`io::ErrorKind::Unsupported`] on a system whose page size is not 4 KiB; the OS's error
     /// if it refuses the mapping.
+    ///
+    /// # Examples
+    /// See [`NotificationBuilder::pool`].
     pub fn build(self) -> io::Result<(Notifier, NotificationReader)> {
         let ring = region::notes_ring_for(self.records)?;
         check_page_size()?;

@@ -207,6 +207,23 @@ impl AsyncReader {
     /// # Errors
     /// The OS's error if the descriptor cannot be duplicated or registered; panics outside a
     /// tokio runtime with IO enabled, as [`AsyncFd::new`] does.
+    ///
+    /// # Examples
+    /// The module's example; and to get the plain end back:
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    /// # rt.block_on(async {
+    /// let (w, r) = pagepipe::pipe()?;
+    /// let (w, r) = (pagepipe::tokio::AsyncWriter::new(w)?, pagepipe::tokio::AsyncReader::new(r)?);
+    /// assert_eq!(r.get_ref().capacity(), w.get_ref().capacity());
+    /// assert!(w.spin().is_some()); // spins up to DEFAULT_SPIN unless set_spin(None)
+    /// let (_w, _r): (pagepipe::Writer, pagepipe::Reader) = (w.into_inner(), r.into_inner());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn new(reader: Reader) -> io::Result<AsyncReader> {
         Ok(AsyncReader {
             inner: {
@@ -238,16 +255,25 @@ impl AsyncReader {
     }
 
     /// The spin ceiling set by [`AsyncReader::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn spin(&self) -> Option<Duration> {
         self.spin.max()
     }
 
     /// The reader, for use outside the runtime (its registration is dropped).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn into_inner(self) -> Reader {
         self.inner.into_inner().end
     }
 
     /// The reader (for `len`, `capacity` and the like).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn get_ref(&self) -> &Reader {
         &self.inner.get_ref().end
     }
@@ -326,6 +352,9 @@ impl AsyncWriter {
     ///
     /// # Errors
     /// As [`AsyncReader::new`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn new(writer: Writer) -> io::Result<AsyncWriter> {
         Ok(AsyncWriter {
             inner: {
@@ -337,21 +366,33 @@ impl AsyncWriter {
     }
 
     /// Sets the ceiling of the adaptive spin before `Pending`; see [`AsyncReader::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::set_spin`].
     pub fn set_spin(&mut self, max: Option<Duration>) {
         self.spin.set_max(max);
     }
 
     /// The spin ceiling set by [`AsyncWriter::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn spin(&self) -> Option<Duration> {
         self.spin.max()
     }
 
     /// The writer, for use outside the runtime (its registration is dropped).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn into_inner(self) -> Writer {
         self.inner.into_inner().end
     }
 
     /// The writer (for `free`, `capacity` and the like).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn get_ref(&self) -> &Writer {
         &self.inner.get_ref().end
     }

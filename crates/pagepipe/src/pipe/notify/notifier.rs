@@ -103,6 +103,9 @@ impl Notifier {
     }
 
     /// Records the pipe holds (a power of two).
+    ///
+    /// # Examples
+    /// See [`crate::NotificationBuilder::pool`].
     pub fn capacity(&self) -> usize {
         self.end.shared.config().notes
     }

@@ -167,12 +167,25 @@ impl NotificationReader {
     ///
     /// # Errors
     /// None today; the `Result` matches [`crate::Reader::set_nonblocking`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_n, mut r) = pagepipe::Builder::new().notifications(4).build()?;
+    /// r.set_nonblocking(true)?;
+    /// assert!(r.is_nonblocking());
+    /// assert_eq!(r.next_notification().unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether reads are non-blocking.
+    ///
+    /// # Examples
+    /// See [`NotificationReader::set_nonblocking`].
     pub fn is_nonblocking(&self) -> bool {
         self.end.is_nonblocking()
     }
@@ -182,6 +195,17 @@ impl NotificationReader {
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_n, mut r) = pagepipe::Builder::new().notifications(4).build()?;
+    /// r.set_read_timeout(Some(Duration::from_millis(10)))?;
+    /// assert_eq!(r.read_timeout()?, Some(Duration::from_millis(10)));
+    /// assert_eq!(r.next_notification().unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.end.set_timeout(timeout)
     }
@@ -190,21 +214,42 @@ impl NotificationReader {
     ///
     /// # Errors
     /// None today; the `Result` matches [`crate::Reader::read_timeout`].
+    ///
+    /// # Examples
+    /// See [`NotificationReader::set_read_timeout`].
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.end.timeout())
     }
 
     /// Records the pipe holds (a power of two), as [`crate::Notifier::capacity`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (n, r) = Builder::new().notifications(5).build()?;
+    /// assert_eq!(r.capacity(), 8); // rounded up to a power of two
+    /// assert!(r.is_empty());
+    /// n.post(&Notification { kind: 1, payload: b"abc".to_vec(), ..Default::default() })?;
+    /// assert_eq!(r.len(), 11); // one record of 8 + 3 bytes
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.end.shared.config().notes
     }
 
     /// Bytes of records queued, without taking a lock: a snapshot.
+    ///
+    /// # Examples
+    /// See [`NotificationReader::capacity`].
     pub fn len(&self) -> usize {
         self.end.shared.queued_bytes()
     }
 
     /// True when no record is queued (see [`NotificationReader::len`]).
+    ///
+    /// # Examples
+    /// See [`NotificationReader::capacity`].
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
