@@ -1,5 +1,5 @@
 //! The pool's policies: which freed pages stay resident, whether a writer faults pages in
-//! before taking the write side, and when spare pages are trimmed (seed 000).
+//! before taking the write side, and when spare pages are trimmed.
 //!
 //! Every slot position of a pipe owns one page-sized buffer in the pipe's arena. A position that
 //! holds no data is *free*; its page is either *resident* (a spare page in the pool: the next write

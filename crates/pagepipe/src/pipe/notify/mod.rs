@@ -1,4 +1,4 @@
-//! Notification pipes (seed 002, Linux's watch_queue): records of 8 to 127 bytes posted by a
+//! Notification pipes (Linux's watch queue, `kernel/watch_queue.c`): records of 8 to 127 bytes posted by a
 //! [`Notifier`] that never sleeps, into a ring whose slots are all reserved for them.
 //!
 //! Shape. A notification pipe is a pipe whose ring holds one record per slot (at the start of
