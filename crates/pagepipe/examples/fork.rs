@@ -8,8 +8,9 @@
 use std::io::{Read, Write};
 
 fn main() -> std::io::Result<()> {
-    let (w, mut r) = pagepipe::pipe()?; // note the order: (writer, reader)
-                                        // SAFETY: the process has one thread here, so the child may run any code after fork.
+    // Note the order: (writer, reader).
+    let (w, mut r) = pagepipe::pipe()?;
+    // SAFETY: the process has one thread here, so the child may run any code after fork.
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {

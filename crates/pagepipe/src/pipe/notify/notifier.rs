@@ -71,7 +71,8 @@ impl Notifier {
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for a kind above 24 bits, a payload longer than
     /// [`crate::MAX_PAYLOAD`], or kind [`crate::META_KIND`] (0: meta records such as LOSS
-    /// are made by the pipe, as on Linux, where only the kernel posts them); [`io::ErrorKind::BrokenPipe`] when no reader is left;
+    /// are made by the pipe, as on Linux, where only the kernel posts them);
+    /// [`io::ErrorKind::BrokenPipe`] when no reader is left;
     /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt; [`io::ErrorKind::TimedOut`]
     /// if the write side stayed held for 100 ms (a poster holds it for microseconds: a peer
     /// wrote a live thread's identity into the lock).

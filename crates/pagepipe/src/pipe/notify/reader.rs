@@ -131,8 +131,9 @@ fn read_records(
 /// As on a Linux notification pipe, `read` returns whole records in Linux's byte layout
 /// ([`Notification::to_bytes`]) and fails when the buffer cannot hold the next one (Linux:
 /// `ENOBUFS`; here [`io::ErrorKind::InvalidInput`], a kind a caller can match: a 127-byte
-/// buffer always fits); a LOSS record (8 bytes, kind 0, subtype 1) follows the records queued when posts were
-/// lost; reading returns end of file (`Ok(0)`) once the pipe is empty and no notifier is left.
+/// buffer always fits); a LOSS record (8 bytes, kind 0, subtype 1) follows the records queued
+/// when posts were lost; reading returns end of file (`Ok(0)`) once the pipe is empty and no
+/// notifier is left ([`NotificationReader::next_notification`] says `Ok(None)`).
 /// A notification pipe takes no data: it has no chunk API, no splice family and no resize (what
 /// Linux answers with `EXDEV` and `EBUSY` does not compile here):
 ///
@@ -322,7 +323,10 @@ impl NotificationReader {
     ///     notifier.post(&Notification { kind: 1, subtype, ..Default::default() })?;
     /// }
     /// drop(notifier);
-    /// let subtypes: Vec<u8> = reader.iter().map(|n| n.map(|n| n.subtype)).collect::<Result<_, _>>()?;
+    /// let subtypes: Vec<u8> = reader
+    ///     .iter()
+    ///     .map(|n| n.map(|n| n.subtype))
+    ///     .collect::<Result<_, _>>()?;
     /// assert_eq!(subtypes, [0, 1, 2]);
     /// # Ok::<(), std::io::Error>(())
     /// ```
