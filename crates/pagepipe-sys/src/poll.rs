@@ -77,3 +77,63 @@ pub fn poll_two(
     }
     Ok((fds[0].revents, fds[1].revents != 0))
 }
+
+/// A new epoll instance (`epoll_create1(2)`, close-on-exec).
+pub fn epoll_create() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: epoll_create1 has no memory-safety preconditions.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds `fd` to the epoll instance `ep` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`), reporting `events`
+/// (level-triggered; `EPOLLHUP` and `EPOLLERR` are always reported) with `key` as its data.
+pub fn epoll_add(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, events: u32, key: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: key };
+    // SAFETY: `ev` is a live epoll_event for the call; both descriptors are borrowed.
+    let rc =
+        unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Removes `fd` from the epoll instance `ep` (`epoll_ctl(2)`, `EPOLL_CTL_DEL`).
+pub fn epoll_del(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: `ev` is a live epoll_event (ignored by DEL since Linux 2.6.9); both descriptors
+    // are borrowed.
+    let rc =
+        unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_DEL, fd.as_raw_fd(), &mut ev) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits (`epoll_wait(2)`) for events on `ep`, at most `timeout` (`None`: forever), and returns
+/// them as `(key, events)` in `out`'s first entries; an interrupted wait returns none.
+pub fn epoll_wait(
+    ep: BorrowedFd<'_>,
+    out: &mut [libc::epoll_event],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<usize> {
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
+    let max = out.len().min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: `out` is a live, writable array of `max` epoll_event entries.
+    let rc = unsafe { libc::epoll_wait(ep.as_raw_fd(), out.as_mut_ptr(), max, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(rc as usize)
+}

@@ -7,8 +7,10 @@
 //!   lock (held by a `shrink()` caller, the idle trimmer or a thread dropping the last fragment
 //!   of a block, a child would wait for it forever: [`crate::reclaim::Trim::hold_for_fork`]);
 //! - after, in the parent: the caches' locks and the registry are unlocked;
+//!   Last, the death watcher's lock (`watch.rs`).
 //! - after, in the child: the side locks forget the thread identity the parent had
-//!   ([`crate::lock::note_fork`]), and the caches' locks and the registry are unlocked.
+//!   ([`crate::lock::note_fork`]), the death watcher forgets the parent's epoll instance and
+//!   thread (the child starts its own), and the caches' locks and the registry are unlocked.
 //!
 //! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
 //! malloc's arenas: a lock held at the fork means a spare list may be half-changed (a `Vec`
@@ -35,6 +37,9 @@ thread_local! {
     /// The registered owners' locks held across a fork by the forking thread.
     static FORK_HOLDS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    /// The death watcher's lock, held across a fork by the forking thread.
+    static FORK_WATCH: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::watch::Watcher>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(not(loom))]
@@ -44,6 +49,8 @@ extern "C" fn before_fork() {
     let holds = guard.hold_owners_for_fork();
     FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+    let watch = crate::watch::before_fork();
+    FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
 }
 
 /// Releases what `before_fork` took: the owners' locks, then the registry.
@@ -55,11 +62,15 @@ fn release_fork_locks() {
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
+    FORK_WATCH.with(|w| drop(w.borrow_mut().take()));
     release_fork_locks();
 }
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
+    if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {
+        crate::watch::after_fork_child(watch);
+    }
     release_fork_locks();
 }

@@ -46,6 +46,8 @@ mod sync;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub mod tokio;
 mod wait;
+#[cfg(not(loom))]
+mod watch;
 
 use pagepipe_sys as sys;
 

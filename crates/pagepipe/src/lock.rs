@@ -99,13 +99,20 @@ impl SideLock {
         let me = me()?;
         // Acquire: pairs with the Release swap in `unlock`, so the previous holder's writes to
         // the side's state are visible to us.
-        match self
+        let taken = match self
             .word
             .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
         {
-            Ok(_) => Ok(Taken::Clean),
-            Err(_) => self.lock_slow(me, wait),
-        }
+            Ok(_) => Taken::Clean,
+            Err(_) => self.lock_slow(me, wait)?,
+        };
+        held::add(self.addr());
+        Ok(taken)
+    }
+
+    /// The word's address: how this thread's list of held locks names it.
+    fn addr(&self) -> usize {
+        std::ptr::from_ref(&self.word) as usize
     }
 
     /// Takes the lock only if it is free, with one compare-and-swap: no spinning, no waiting,
@@ -116,9 +123,14 @@ impl SideLock {
             return false; // `lock` reports why
         };
         // Acquire: as in `lock`.
-        self.word
+        let taken = self
+            .word
             .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        if taken {
+            held::add(self.addr());
+        }
+        taken
     }
 
     #[cold]
@@ -235,11 +247,19 @@ impl SideLock {
             };
         }
         if cur & TID_MASK == me & TID_MASK {
-            return Look::Done(Err(io::Error::new(
-                io::ErrorKind::Deadlock,
-                "this thread already holds this side of the pipe (a chunk is alive), or the \
-                 shared region says so",
-            )));
+            if cur & !WAITERS == me && held::has(self.addr()) {
+                return Look::Done(Err(io::Error::new(
+                    io::ErrorKind::Deadlock,
+                    "this thread already holds this side of the pipe (a chunk is alive)",
+                )));
+            }
+            // The word names this thread, which does not hold the lock: a peer wrote our
+            // identity there, or a dead thread whose id we reuse held it. Either way nobody
+            // holds it: take it over, and have the caller recover the side's state.
+            return match self.take_over(cur, me) {
+                true => Look::Done(Ok(Taken::FromDead)),
+                false => Look::Again,
+            };
         }
         Look::Held
     }
@@ -270,6 +290,7 @@ impl SideLock {
     /// woken taker that died meanwhile delays the others by at most a [`TICK`] (their sleeps
     /// are bounded). Waking all would make every writer of a busy pipe contend at each release.
     pub(crate) fn unlock(&self) {
+        held::remove(self.addr());
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
         let old = self.word.swap(0, Ordering::Release);
         if old & WAITERS != 0 {
@@ -302,6 +323,65 @@ impl SideLock {
     fn wake_one(&self) {
         let _guard = self.sleep.lock().unwrap();
         self.cv.notify_one();
+    }
+}
+
+/// The side locks the calling thread holds, by address: what tells a word that names this
+/// thread because it holds the lock (a real [`io::ErrorKind::Deadlock`]) from one that names it
+/// because a peer wrote our identity (nobody holds it: taken over). A few entries suffice (a
+/// thread holds at most both sides and the readiness lock); past them, nothing is recorded and
+/// a word naming us stays a `Deadlock` (the old, conservative answer).
+#[cfg(not(loom))]
+mod held {
+    use std::cell::Cell;
+
+    const SLOTS: usize = 8;
+
+    thread_local! {
+        static HELD: Cell<[usize; SLOTS]> = const { Cell::new([0; SLOTS]) };
+        /// Acquisitions that found no free entry and are still held.
+        static OVERFLOW: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(super) fn add(addr: usize) {
+        HELD.with(|h| {
+            let mut v = h.get();
+            match v.iter().position(|&a| a == 0) {
+                Some(i) => {
+                    v[i] = addr;
+                    h.set(v);
+                }
+                None => OVERFLOW.with(|o| o.set(o.get() + 1)),
+            }
+        });
+    }
+
+    pub(super) fn remove(addr: usize) {
+        HELD.with(|h| {
+            let mut v = h.get();
+            match v.iter().position(|&a| a == addr) {
+                Some(i) => {
+                    v[i] = 0;
+                    h.set(v);
+                }
+                None => OVERFLOW.with(|o| o.set(o.get().saturating_sub(1))),
+            }
+        });
+    }
+
+    /// Whether this thread holds the lock at `addr` (true when it cannot tell).
+    pub(super) fn has(addr: usize) -> bool {
+        HELD.with(|h| h.get().contains(&addr)) || OVERFLOW.with(|o| o.get() > 0)
+    }
+}
+
+/// Under loom, no peer writes identities: a word naming the caller is always its own hold.
+#[cfg(loom)]
+mod held {
+    pub(super) fn add(_addr: usize) {}
+    pub(super) fn remove(_addr: usize) {}
+    pub(super) fn has(_addr: usize) -> bool {
+        true
     }
 }
 

@@ -9,7 +9,6 @@
 //! - [`Wakers`]: the same protocol for async tasks of this process.
 
 use crate::error::timed_out;
-use crate::lock::TICK;
 use crate::ring::WAITING;
 use crate::sync::{AtomicU64, Futex, Ordering};
 use std::io;
@@ -106,7 +105,10 @@ pub(crate) fn sleep_until(
         if ready(false) {
             return Ok(());
         }
-        let mut tick = TICK;
+        #[cfg(not(loom))]
+        let mut tick = crate::watch::tick();
+        #[cfg(loom)]
+        let mut tick = crate::lock::TICK;
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {

@@ -71,3 +71,65 @@ fn a_side_held_by_a_live_thread_is_not_taken_over_when_liveness_cannot_be_told()
     }
     assert_eq!(reap_within(pid, Duration::from_secs(30)), 0);
 }
+
+#[path = "support/peer.rs"]
+#[allow(dead_code)] // this file uses a part of it
+mod peer;
+
+/// Offsets that region.rs pins in the header.
+const WRITE_SIDE_LOCK: usize = 640;
+const SIG_LOCK: usize = 1024;
+
+/// A thread's lock identity as the lock module writes it: its id, and the low half of its
+/// start time (`/proc/<tid>/stat` field 22) in the high half.
+fn identity(pid: u32, tid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let start: u64 = rest
+        .split_ascii_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (start & 0xffff_ffff) << 32 | u64::from(tid)
+}
+
+/// A peer writes the victim's own identity into its write side's lock: the victim holds
+/// nothing, so it takes the side over (and recovers its state) instead of reporting a
+/// `Deadlock` it could never leave.
+#[test]
+fn a_lock_word_naming_the_caller_is_taken_over_not_a_deadlock() {
+    let (mut w, mut r) = pagepipe::pipe().unwrap();
+    w.write_all(b"one").unwrap();
+    let region = peer::Mapped::of(&w);
+    // SAFETY: gettid(2) has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    region.poke(WRITE_SIDE_LOCK, identity(std::process::id(), tid));
+    w.write_all(b"two").unwrap();
+    drop(w);
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"onetwo");
+}
+
+/// A peer gives the readiness lock to a live stranger (init) while some process polls: a
+/// non-blocking write still returns (the readiness lock is waited for a bounded time, then
+/// left), where it used to wait for ever.
+#[test]
+fn a_readiness_lock_given_to_a_live_stranger_does_not_hang_a_write() {
+    use std::os::fd::AsFd;
+    let (w, r) = pagepipe::pipe().unwrap();
+    let _polled = r.as_fd(); // someone polls the reader: writes keep its descriptor exact
+    let region = peer::Mapped::of(&w);
+    region.poke(SIG_LOCK, identity(1, 1));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(w.try_write(b"x").map_err(|e| e.kind()));
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a non-blocking write waited for ever for the readiness lock");
+    assert_eq!(got, Ok(1));
+    let mut buf = [0; 1];
+    assert_eq!((&r).read(&mut buf).unwrap(), 1);
+}

@@ -125,6 +125,61 @@ fn a_killed_reader_is_broken_pipe_for_a_sleeping_writer() {
     assert_eq!(reap(child), 128 + libc::SIGKILL);
 }
 
+/// A writer that never blocks (its ring has room) learns of its reader's death from the kernel,
+/// not from a full ring or a tick: once the killed reader is reaped (its descriptors closed)
+/// and the process's watcher has had a moment, no write returns `Ok` into a pipe nobody can
+/// read. The kernel pipe fails the first write after its last reader is gone.
+#[test]
+fn a_killed_reader_fails_the_next_write_of_a_busy_writer() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    let child = fork(|| {
+        let _holds = &r;
+        std::thread::sleep(HANG * 2);
+        0
+    });
+    drop(r);
+    (&w).write_all(b"before").unwrap();
+    kill(child);
+    assert_eq!(reap(child), 128 + libc::SIGKILL);
+    std::thread::sleep(Duration::from_millis(100));
+    let err = (&w).write(b"after").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe);
+}
+
+/// The same in a forked child that only inherited its writer: the child starts its own
+/// watcher (the parent's thread did not survive the fork) at its first call.
+#[test]
+fn an_inherited_writer_sees_its_reader_killed() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    let reader = fork(|| {
+        let _holds = &r;
+        std::thread::sleep(HANG * 2);
+        0
+    });
+    drop(r);
+    let (mut ready_r, mut ready_w) = signal_pipe();
+    let (mut go_r, mut go_w) = signal_pipe();
+    let writer = fork(|| {
+        (&w).write_all(b"before").unwrap();
+        ready_w.write_all(b"!").unwrap();
+        go_r.read_exact(&mut [0]).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        match (&w).write(b"after") {
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => 0,
+            Ok(_) => 3,  // accepted into a pipe nobody can read
+            Err(_) => 4, // some other error
+        }
+    });
+    drop(w);
+    ready_r.read_exact(&mut [0]).unwrap();
+    kill(reader);
+    assert_eq!(reap(reader), 128 + libc::SIGKILL);
+    go_w.write_all(b"!").unwrap();
+    assert_eq!(reap(writer), 0);
+}
+
 #[test]
 fn a_write_lock_held_by_a_killed_process_is_taken_over() {
     let _serial = serial();

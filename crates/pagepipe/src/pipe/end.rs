@@ -62,6 +62,30 @@ impl LocalEnd for End {
         End::sync(self);
     }
 }
+
+#[cfg(not(loom))]
+impl crate::watch::Watched for End {
+    fn hangup_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.signal(self.own())
+    }
+
+    fn hung_up(&self) -> bool {
+        if !self.ask_kernel() {
+            return false; // a stale event (a reused key) or a spurious one
+        }
+        // Release: pairs with the Acquire load in `peer_gone`; `ask_kernel`'s Acquire fence
+        // made the dead side's last publications visible to us, and so to whoever sees this.
+        self.peer_gone.store(true, Ordering::Release);
+        let h = self.shared.header();
+        if self.side == Side::Read {
+            h.readable.wake_all();
+        } else {
+            h.writable.wake_all();
+        }
+        self.waiters().wake();
+        true
+    }
+}
 /// One process's hold on one end of a pipe: the handles (`Writer`, `Reader` and their clones)
 /// of that end in this process share it, and its drop is the process closing that end.
 pub(crate) struct End {
@@ -116,6 +140,7 @@ impl End {
             let local: std::sync::Weak<dyn LocalEnd> = Arc::downgrade(&end) as _;
             let slot = &end.shared.local[end.side.index()];
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(local);
+            crate::watch::watch(&(end.clone() as Arc<dyn crate::watch::Watched>));
         }
         end
     }
@@ -162,7 +187,9 @@ impl End {
     }
 
     /// Which signal pipe stands for this end's readiness, and which wakers its waiting tasks
-    /// use: [`READABLE`] for a reader, [`FULL`] for a writer.
+    /// use: [`READABLE`] for a reader, [`FULL`] for a writer. The same descriptor polls the
+    /// other side's death: `POLLHUP` on the readable pipe's read end (no writer holds its write
+    /// end), `POLLERR` on the full pipe's write end (no reader holds its read end).
     pub(crate) fn own(&self) -> usize {
         if self.side == Side::Read {
             READABLE
@@ -172,7 +199,6 @@ impl End {
     }
 
     /// Async tasks of this process waiting for this end to become ready.
-    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
     pub(crate) fn waiters(&self) -> &Wakers {
         &self.shared.wakers[self.own()]
     }
@@ -227,7 +253,7 @@ impl End {
     #[cfg(not(loom))]
     fn enable_polling(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Spin) else {
             return; // the region names this thread as holder: corrupt; nothing to make exact
         };
         self.recover_signals(taken);
@@ -266,7 +292,7 @@ impl End {
     #[inline(never)]
     fn sync_polled(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::Until(None)) else {
+        let Ok(taken) = h.sig_lock.lock(lock::Wait::Spin) else {
             return;
         };
         self.recover_signals(taken);
@@ -328,9 +354,12 @@ impl End {
     /// kernel only when some process closed that end since we last asked (no syscall on the
     /// fast path); with it, always (sleepers, every tick: a killed process bumps nothing).
     pub(crate) fn peer_gone(&self, force: bool) -> bool {
-        if self.peer_gone.load(Ordering::Relaxed) {
+        // Acquire: pairs with the Release store in `hung_up` (the watcher thread's).
+        if self.peer_gone.load(Ordering::Acquire) {
             return true;
         }
+        #[cfg(not(loom))]
+        crate::watch::ensure_running();
         let other = self.side.other().index();
         // Acquire: pairs with the Release bump in `End::drop`, made after that process
         // published its last slots (and closed its descriptor).
@@ -353,12 +382,12 @@ impl End {
         }
         // A reader asks its readable pipe's read end (POLLHUP: no writer holds the write end);
         // a writer its full pipe's write end (POLLERR: no reader holds the read end).
-        let (fd, gone) = if self.side == Side::Read {
-            (self.signal(READABLE), libc::POLLHUP)
+        let gone = if self.side == Side::Read {
+            libc::POLLHUP
         } else {
-            (self.signal(FULL), libc::POLLERR)
+            libc::POLLERR
         };
-        let gone = crate::sys::poll::poll_now(fd, 0) & gone != 0;
+        let gone = crate::sys::poll::poll_now(self.signal(self.own()), 0) & gone != 0;
         if gone {
             // Acquire: the peers' last publications happened before their descriptors closed,
             // which the kernel's poll observed; our later loads of head/tail must see them.
@@ -413,9 +442,12 @@ impl End {
 impl Drop for End {
     fn drop(&mut self) {
         // Close our descriptor of the end first: a peer that sees the bump below and asks the
-        // kernel must not count us.
+        // kernel must not count us. The watcher stops watching it before it closes.
         #[cfg(not(loom))]
-        drop(self.signals.take());
+        if self.signals.is_some() {
+            crate::watch::unwatch(self);
+            drop(self.signals.take());
+        }
         #[cfg(loom)]
         // AcqRel: Release pairs with the Acquire load in ask_kernel (our publications happen
         // before a peer sees the end closed); Acquire orders other ends' drops.

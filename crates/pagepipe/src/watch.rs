@@ -1,0 +1,228 @@
+//! The death watcher: how a process learns, within microseconds and with no polling, that the
+//! other side of one of its pipes has no holder left.
+//!
+//! The kernel already knows: every holder of an end keeps a descriptor of that end's signal pipe
+//! (see `pipe/end.rs`), and when the last one closes (an exit, a `SIGKILL`, a drop) the signal
+//! pipe's other end polls `POLLHUP` (no writer left) or `POLLERR` (no reader left). One thread
+//! per process sleeps in `epoll_wait(2)` on the hang-up descriptor of each of the process's
+//! ends, registered with no event (only `EPOLLHUP`/`EPOLLERR` are reported), so it wakes only
+//! when a side dies, and costs no CPU while none does. When it wakes it verifies the death with
+//! `poll(2)` (a reused key must not kill a live pipe), sets the end's sticky "peer gone" flag,
+//! which every call checks with one load (no system call on the fast path), and wakes the end's
+//! sleepers, in every process, through the pipe's futex, and its async tasks here.
+//!
+//! The thread starts with the process's first end and lives as long as the process. A forked
+//! child has no thread (fork copies only the caller) and an inherited epoll instance that is
+//! the parent's: the fork handler forgets it, and the child starts its own at its next call on
+//! any end ([`ensure_running`]), registering every end it inherited. Where no thread can run
+//! (thread or epoll creation failed), sleepers keep the old fallback: they ask the kernel every
+//! [`crate::lock::TICK`].
+
+use crate::sys;
+use std::collections::BTreeMap;
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// An end the watcher watches (implemented by `pipe::end::End`; a trait so that this module
+/// sits below the ends it serves).
+pub(crate) trait Watched: Send + Sync {
+    /// The descriptor on which the kernel reports that the other side has no holder left
+    /// (`POLLHUP` or `POLLERR`).
+    fn hangup_fd(&self) -> BorrowedFd<'_>;
+
+    /// The watcher saw the hang-up: verify it with the kernel and, if real, mark the end's
+    /// peer gone and wake its waiters. Returns whether it was real.
+    fn hung_up(&self) -> bool;
+}
+
+/// The process's watcher: its epoll instance and every end it watches.
+pub(crate) struct Watcher {
+    /// The epoll instance's descriptor number (owned by the watcher thread, which never exits),
+    /// with the fork generation ([`CHILD`]) of the process it belongs to.
+    epoll: Option<(RawFd, u64)>,
+    /// Every live end of this process, by key (its address), watched or not yet.
+    ends: BTreeMap<usize, Weak<dyn Watched>>,
+    /// Creating the thread or the instance failed in this generation: do not retry on every
+    /// call (sleepers fall back to the tick).
+    failed: Option<u64>,
+}
+
+static WATCHER: Mutex<Watcher> = Mutex::new(Watcher {
+    epoll: None,
+    ends: BTreeMap::new(),
+    failed: None,
+});
+
+/// Forks this process has been the child of: a watcher belongs to one generation.
+static CHILD: AtomicU64 = AtomicU64::new(0);
+/// `CHILD + 1` of the generation whose watcher runs, 0 while none does.
+static RUNNING: AtomicU64 = AtomicU64::new(0);
+
+/// Tick of a sleeper while the watcher runs: a safety net only (the watcher wakes sleepers when
+/// a side dies), long enough that a blocked end costs no measurable CPU.
+const WATCHED_TICK: Duration = Duration::from_secs(1);
+
+fn lock() -> MutexGuard<'static, Watcher> {
+    WATCHER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn key(end: &Arc<dyn Watched>) -> usize {
+    Arc::as_ptr(end).cast::<()>() as usize
+}
+
+/// Whether this process's watcher runs (one load each of two process-local words).
+#[inline]
+fn running() -> bool {
+    RUNNING.load(Ordering::Relaxed) == CHILD.load(Ordering::Relaxed).wrapping_add(1)
+}
+
+/// How long a sleeper may sleep before it asks the kernel itself whether its peer is gone.
+pub(crate) fn tick() -> Duration {
+    if running() {
+        WATCHED_TICK
+    } else {
+        crate::lock::TICK
+    }
+}
+
+/// Starts watching `end`'s hang-up descriptor (and the watcher, if this process has none).
+pub(crate) fn watch(end: &Arc<dyn Watched>) {
+    let mut w = lock();
+    w.ends.insert(key(end), Arc::downgrade(end));
+    if let Some(ep) = w.start() {
+        // SAFETY: the watcher thread owns the instance and never closes it.
+        let ep = unsafe { BorrowedFd::borrow_raw(ep) };
+        // A failure (no memory, the user's watch limit) leaves this end to the sleepers' tick.
+        let _ = sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64);
+    }
+}
+
+/// Stops watching `end` (before its descriptor closes).
+pub(crate) fn unwatch(end: &dyn Watched) {
+    let key = (end as *const dyn Watched).cast::<()>() as usize;
+    let mut w = lock();
+    w.ends.remove(&key);
+    if let Some((ep, generation)) = w.epoll {
+        if generation == CHILD.load(Ordering::Relaxed) {
+            // SAFETY: as in `watch`.
+            let ep = unsafe { BorrowedFd::borrow_raw(ep) };
+            // ENOENT when it already fired (the watcher removes what it saw die).
+            let _ = sys::poll::epoll_del(ep, end.hangup_fd());
+        }
+    }
+}
+
+/// Makes sure this process's watcher runs: a forked child starts its own at its first call on
+/// an inherited end. Inlined: one comparison on the fast path.
+#[inline]
+pub(crate) fn ensure_running() {
+    if !running() {
+        start_now();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start_now() {
+    let _ = lock().start();
+}
+
+impl Watcher {
+    /// This generation's epoll instance, starting the thread (and registering every end the
+    /// process holds) if it does not run yet; `None` where it cannot run.
+    fn start(&mut self) -> Option<RawFd> {
+        let generation = CHILD.load(Ordering::Relaxed);
+        if let Some((ep, g)) = self.epoll {
+            if g == generation {
+                return Some(ep);
+            }
+        }
+        if self.failed == Some(generation) {
+            return None;
+        }
+        let Some(ep) = spawn() else {
+            self.failed = Some(generation);
+            return None;
+        };
+        self.epoll = Some((ep, generation));
+        // SAFETY: the thread just spawned owns the instance and never closes it.
+        let epb = unsafe { BorrowedFd::borrow_raw(ep) };
+        for (&key, end) in &self.ends {
+            if let Some(end) = end.upgrade() {
+                let _ = sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64);
+            }
+        }
+        RUNNING.store(generation.wrapping_add(1), Ordering::Relaxed);
+        Some(ep)
+    }
+}
+
+/// Creates an epoll instance and the thread that waits on it; the instance's number.
+fn spawn() -> Option<RawFd> {
+    let ep = sys::poll::epoll_create().ok()?;
+    let raw = ep.into_raw_fd();
+    let started = std::thread::Builder::new()
+        .name("pagepipe-watch".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            // SAFETY: `raw` is the instance created above, owned by this thread from here on.
+            run(unsafe { OwnedFd::from_raw_fd(raw) })
+        });
+    match started {
+        Ok(_) => Some(raw),
+        Err(_) => {
+            // SAFETY: the thread did not start, so nothing else owns `raw`.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) });
+            None
+        }
+    }
+}
+
+/// The watcher thread: waits for hang-ups and hands each to its end.
+fn run(ep: OwnedFd) {
+    use std::os::fd::AsFd;
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    loop {
+        let n = match sys::poll::epoll_wait(ep.as_fd(), &mut events, None) {
+            Ok(n) => n,
+            Err(_) => {
+                // Cannot happen with a valid instance and buffer; do not spin if it does.
+                std::thread::sleep(crate::lock::TICK);
+                continue;
+            }
+        };
+        for ev in &events[..n] {
+            let key = ev.u64 as usize;
+            // Not under the lock: the end may be dropped here (its last handle) and unwatch.
+            let end = lock().ends.get(&key).and_then(Weak::upgrade);
+            if let Some(end) = end {
+                if end.hung_up() {
+                    // Level-triggered: once is enough (the flag is sticky).
+                    let _ = sys::poll::epoll_del(ep.as_fd(), end.hangup_fd());
+                }
+            }
+        }
+    }
+}
+
+/// The fork handlers' part (see `fork.rs`): the registry's lock is held across the fork, so
+/// the child never inherits it held by the watcher thread, which does not exist there.
+pub(crate) fn before_fork() -> MutexGuard<'static, Watcher> {
+    lock()
+}
+
+/// In the child, with the lock the prepare handler took: forgets the parent's epoll instance
+/// (closing this process's copy of its descriptor, which would otherwise keep watching the
+/// parent's ends) and the parent's thread.
+pub(crate) fn after_fork_child(mut w: MutexGuard<'static, Watcher>) {
+    CHILD.fetch_add(1, Ordering::Relaxed);
+    if let Some((ep, _)) = w.epoll.take() {
+        // SAFETY: this process's copy of the parent's instance descriptor, used by nobody
+        // here (the parent's thread did not survive the fork).
+        drop(unsafe { OwnedFd::from_raw_fd(ep) });
+    }
+    w.failed = None;
+    drop(w);
+}
