@@ -47,7 +47,7 @@ pub enum PoolPolicy {
 }
 
 impl Default for PoolPolicy {
-    /// `Adaptive { keep: 2 }`, chosen by measurement (docs/benchmarks.md, seed 000's pool).
+    /// `Adaptive { keep: 2 }`, chosen by measurement (docs/benchmarks.md, the pool experiment).
     fn default() -> Self {
         PoolPolicy::Adaptive { keep: 2 }
     }
