@@ -97,11 +97,17 @@ fn read_records(
         unsafe { std::ptr::copy_nonoverlapping(ring.page(pos), buf[n..].as_mut_ptr(), len) };
         // Only the reader makes LOSS records: `post` refuses meta records, so one in a slot was
         // written there by a peer, and passing it on would report a loss that never happened.
+        // The records already copied out this call are consumed: return them first, and the
+        // error at the next read (which finds this record again).
         if Notification::is_meta_word(&buf[n..n + len]) {
-            return Err(invalid(format!(
-                "notification slot {} holds a meta record no notifier can post",
-                rs.tail
-            )));
+            return if n == 0 {
+                Err(invalid(format!(
+                    "notification slot {} holds a meta record no notifier can post",
+                    rs.tail
+                )))
+            } else {
+                Ok(n)
+            };
         }
         // Relaxed: decides only between us and a poster's LOSS CAS on this word; the poster
         // reuses the slot only after our Release tail RMW below.
@@ -312,9 +318,9 @@ impl NotificationReader {
     }
 
     /// The records, one by one, until the end of the stream: an iterator of
-    /// `io::Result<Notification>` over [`NotificationReader::next_notification`] that ends
-    /// after `Ok(None)` (and yields an error once, then ends, as `io::Lines` does not: stop at
-    /// the first `Err` if you want to retry).
+    /// `io::Result<Notification>` over [`NotificationReader::next_notification`]. It ends at the
+    /// end of the stream, and after yielding an error (`WouldBlock`, `TimedOut`, `InvalidData`):
+    /// call `iter()` again to go on after a `WouldBlock` or a `TimedOut`.
     ///
     /// ```
     /// use pagepipe::{Builder, Notification};
@@ -445,6 +451,31 @@ mod tests {
         // store through its own mapping of the same memory.
         unsafe { std::ptr::copy_nonoverlapping(loss.as_ptr(), page, loss.len()) };
         let e = r.next_notification().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    }
+
+    /// A forged record behind good ones: the good ones are returned (they are consumed), the
+    /// error comes with the next read.
+    #[test]
+    fn records_before_a_forged_one_are_returned_first() {
+        let (n, mut r) = Builder::new().notifications(4).build().unwrap();
+        for subtype in 0..2 {
+            n.post(&Notification {
+                kind: 1,
+                subtype,
+                ..Notification::default()
+            })
+            .unwrap();
+        }
+        let loss = Notification::loss().to_bytes();
+        let page = r.end.shared.region.page(1);
+        // SAFETY: position 1's page holds the second queued 8-byte record; this stands for a
+        // peer's store through its own mapping of the same memory.
+        unsafe { std::ptr::copy_nonoverlapping(loss.as_ptr(), page, loss.len()) };
+        let mut buf = [0u8; 64];
+        assert_eq!(std::io::Read::read(&mut r, &mut buf).unwrap(), 8);
+        assert_eq!(Notification::parse(&buf).unwrap().0.subtype, 0);
+        let e = std::io::Read::read(&mut r, &mut buf).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
     }
 }
