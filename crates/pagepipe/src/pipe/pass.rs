@@ -237,6 +237,7 @@ macro_rules! passing {
             /// descriptor only signals readiness (and carries wake-up bytes), not the pipe's data.
             ///
             /// # Examples
+            /// Shown with a data pipe's writer; every kind of end passes the same way.
             /// `examples/exec.rs` runs itself as the child:
             ///
             /// ```no_run
@@ -260,10 +261,12 @@ macro_rules! passing {
 
             #[doc = concat!("Spawns `cmd` with this ", $name, " passed under `var` (see")]
             #[doc = concat!("[`", stringify!($end), "::pass_to`]) and lets go of it: the ", $name, " and `cmd`, which")]
-            /// held a clone, are dropped once the child runs, so the child holds the only copy
-            /// this process gave it and the other end sees it close when the child exits.
+            /// held a clone, are dropped once the child is spawned (or failed to be), so the child
+            /// holds the only copy this process gave it and the other end sees it close when the
+            /// child exits.
             ///
             /// # Examples
+            /// Shown with a data pipe's writer; every kind of end passes the same way:
             ///
             /// ```no_run
             /// use std::io::Read;
