@@ -16,6 +16,22 @@ pub const DEFAULT_CAPACITY: usize = 64 * 1024;
 /// Creates a pipe with Linux's defaults: 64 KiB capacity in 4 KiB slots, blocking, not packet
 /// mode, the default pool policy.
 ///
+/// Returns **(writer, reader)**: the reverse of `std::io::pipe()`'s and `os_pipe::pipe()`'s
+/// (reader, writer) order; the types keep a swap from compiling where an end is used.
+///
+/// # Examples
+///
+/// ```
+/// use std::io::{Read, Write};
+/// let (mut w, mut r) = pagepipe::pipe()?;
+/// w.write_all(b"hi")?;
+/// drop(w); // the last writer: end of file after the queued bytes
+/// let mut s = String::new();
+/// r.read_to_string(&mut s)?;
+/// assert_eq!(s, "hi");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
 /// # Errors
 /// Only if the OS refuses the memory mapping for the ring.
 pub fn pipe() -> io::Result<(Writer, Reader)> {
@@ -50,6 +66,24 @@ impl Default for Builder {
 
 impl Builder {
     /// Linux's defaults (see [`pipe`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use pagepipe::{Builder, PoolPolicy};
+    /// let (w, r) = Builder::new()
+    ///     .capacity(1 << 20)                        // F_SETPIPE_SZ rounding
+    ///     .pool(PoolPolicy::Adaptive { keep: 4 })
+    ///     .packet_mode(true)                        // O_DIRECT pipes: one write, one packet
+    ///     .build()?;
+    /// (&w).write_all(b"one")?;
+    /// (&w).write_all(b"two")?;
+    /// let mut buf = [0u8; 16];
+    /// assert_eq!((&r).read(&mut buf)?, 3);          // a read returns one packet
+    /// assert_eq!(w.capacity(), 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn new() -> Builder {
         Builder {
             capacity: DEFAULT_CAPACITY,
@@ -61,20 +95,34 @@ impl Builder {
 
     /// The capacity in bytes; rounded up as `F_SETPIPE_SZ` rounds (a power-of-two number of
     /// pages), then to whole slots. Must be from 1 byte to [`crate::MAX_CAPACITY`].
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn capacity(mut self, bytes: usize) -> Builder {
         self.capacity = bytes;
         self
     }
 
     /// How the pipe recycles its pages; see [`PoolPolicy`].
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn pool(mut self, policy: PoolPolicy) -> Builder {
         self.policy = policy;
         self
     }
 
     /// Bytes per slot: a power of two from 4 KiB to 1 GiB (default 4 KiB). Larger slots
-    /// reproduce seed 001's "fatpipe"; Linux semantics hold byte for byte only with 4 KiB slots
-    /// (merging and atomicity then work in slot units).
+    /// reproduce the "fat pipe" Linux tried in 2000 (pipe buffers larger than a page for big
+    /// writes; dropped because bandwidth fell: `pagepipe-bench bw --slot-size` measures it).
+    /// Linux semantics hold byte for byte only with 4 KiB slots (merging and atomicity then
+    /// work in slot units).
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::Builder::new().slot_size(16 << 10).capacity(1 << 20).build()?;
+    /// assert_eq!(w.capacity(), 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn slot_size(mut self, bytes: usize) -> Builder {
         self.slot_size = bytes;
         self
@@ -82,6 +130,9 @@ impl Builder {
 
     /// Packet mode, like a Linux `O_DIRECT` pipe: each write of up to one slot is a packet, never
     /// merged; a read returns at most one packet and discards what of it did not fit.
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn packet_mode(mut self, packet: bool) -> Builder {
         self.packet = packet;
         self
@@ -112,6 +163,9 @@ impl Builder {
     /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`crate::MAX_CAPACITY`], or
     /// a slot size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
     /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
+    ///
+    /// # Examples
+    /// See [`Builder::new`].
     pub fn build(self) -> io::Result<(Writer, Reader)> {
         check_slot_size(self.slot_size)?;
         let ring_size = ring_size_for(self.capacity, self.slot_size)?;
@@ -127,7 +181,8 @@ impl Builder {
     }
 }
 
-/// Configures a notification pipe (seed 002, Linux's watch_queue) before creating it; made by
+/// Configures a notification pipe (Linux's watch queue: `pipe2(O_NOTIFICATION_PIPE)`, see
+/// `Documentation/core-api/watch_queue.rst`) before creating it; made by
 /// [`Builder::notifications`].
 #[derive(Clone, Debug)]
 pub struct NotificationBuilder {
@@ -137,6 +192,20 @@ pub struct NotificationBuilder {
 
 impl NotificationBuilder {
     /// How the pipe recycles its pages; see [`PoolPolicy`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification, PoolPolicy};
+    /// let (notifier, mut reader) = Builder::new()
+    ///     .notifications(16)
+    ///     .pool(PoolPolicy::default())
+    ///     .build()?;
+    /// assert_eq!(notifier.capacity(), 16);
+    /// notifier.post(&Notification { kind: 1, ..Default::default() })?;
+    /// assert_eq!(reader.read_notification()?.kind, 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn pool(mut self, policy: PoolPolicy) -> NotificationBuilder {
         self.policy = policy;
         self
@@ -149,6 +218,9 @@ impl NotificationBuilder {
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than [`crate::MAX_RECORDS`] records;
     /// [`io::ErrorKind::Unsupported`] on a system whose page size is not 4 KiB; the OS's error
     /// if it refuses the mapping.
+    ///
+    /// # Examples
+    /// See [`NotificationBuilder::pool`].
     pub fn build(self) -> io::Result<(Notifier, NotificationReader)> {
         let ring = region::notes_ring_for(self.records)?;
         check_page_size()?;

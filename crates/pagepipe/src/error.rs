@@ -36,9 +36,16 @@ pub(crate) fn ebusy() -> io::Error {
     io::Error::from_raw_os_error(libc::EBUSY)
 }
 
-/// `ENOBUFS`: a notification reader's buffer cannot hold the next record.
-pub(crate) fn enobufs() -> io::Error {
-    io::Error::from_raw_os_error(libc::ENOBUFS)
+/// A notification read whose buffer (`have` bytes) cannot hold the next record (`need` bytes).
+/// Linux answers `ENOBUFS`, which `std` files under no [`io::ErrorKind`] a caller can match, so
+/// this is `InvalidInput` (the caller's buffer is the problem), naming both sizes and the errno
+/// Linux would give.
+#[cold]
+pub(crate) fn buffer_too_small(have: usize, need: usize) -> io::Error {
+    invalid_input(format!(
+        "a buffer of {have} bytes cannot hold the next notification record of {need} bytes \
+         (Linux: ENOBUFS); a buffer of 127 bytes holds any record"
+    ))
 }
 
 /// Whether thread `tid`, named by a side lock, is alive could not be told (`cause`): the lock

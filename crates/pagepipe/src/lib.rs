@@ -56,8 +56,8 @@ pub use frag::{
     Frag, FragCache, FragStats, FrozenFrag, PreparedFrag, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
 };
 pub use pipe::notify::{
-    Filter, Notification, NotificationReader, Notifier, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD,
-    META_KIND,
+    Filter, Notification, NotificationReader, Notifications, Notifier, LOSS_SUBTYPE, MAX_FILTERS,
+    MAX_PAYLOAD, META_KIND,
 };
 pub use pipe::reader::{ReadChunk, Reader};
 #[cfg(not(loom))]

@@ -54,6 +54,22 @@ impl PressureMonitor {
     /// [`io::ErrorKind::Unsupported`] where PSI is missing (kernel without `CONFIG_PSI`, booted
     /// with `psi=0`, or no `/proc/pressure/memory`); the OS's error if the thread or the files
     /// cannot be created.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let monitor = match pagepipe::PressureMonitor::start() {
+    ///     Ok(m) => Some(m),
+    ///     Err(e) if e.kind() == std::io::ErrorKind::Unsupported => None, // no PSI here
+    ///     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+    ///     Err(e) => return Err(e),
+    /// };
+    /// if let Some(m) = &monitor {
+    ///     println!("{} events, {} bytes released", m.events(), m.bytes_released());
+    /// }
+    /// drop(monitor); // stops and joins its thread
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn start() -> io::Result<PressureMonitor> {
         PressureMonitor::with_trigger(Duration::from_millis(150), Duration::from_secs(2))
     }
@@ -64,16 +80,26 @@ impl PressureMonitor {
     /// As [`PressureMonitor::start`]; [`io::ErrorKind::InvalidInput`] when the kernel rejects
     /// the trigger (the window must be 0.5 s to 10 s, and a multiple of 2 s for a process
     /// without `CAP_SYS_RESOURCE`; the stall must not exceed the window).
+    ///
+    /// # Examples
+    /// See [`PressureMonitor::start`]; `with_trigger(Duration::from_millis(100), Duration::from_secs(2))`
+    /// fires on 100 ms of stall within 2 s.
     pub fn with_trigger(stall: Duration, window: Duration) -> io::Result<PressureMonitor> {
         PressureMonitor::start_at(Path::new(PSI_MEMORY), stall, window)
     }
 
     /// Triggers seen so far (each one called [`shrink`]).
+    ///
+    /// # Examples
+    /// See [`PressureMonitor::start`].
     pub fn events(&self) -> u64 {
         self.counters.events.load(Ordering::Relaxed)
     }
 
     /// Bytes the monitor's calls to [`shrink`] gave back so far.
+    ///
+    /// # Examples
+    /// See [`PressureMonitor::start`].
     pub fn bytes_released(&self) -> u64 {
         self.counters.bytes.load(Ordering::Relaxed)
     }

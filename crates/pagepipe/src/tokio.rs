@@ -7,7 +7,7 @@
 //! is in another process. While a pipe is confined to the process that made it (no fork since,
 //! no end sent, passed or received) the adapters leave its descriptors alone, so transitions
 //! cost no system call; a fork, a send or a pass switches them to exact descriptors first (see
-//! the README, "Readiness and async").
+//! docs/design.md, "Readiness and async").
 //!
 //! Before an adapter returns `Pending` it spins a little, adaptively, watching the ring (no
 //! syscall): a peer that answers within microseconds (a ping-pong, a stream whose other side
@@ -207,6 +207,23 @@ impl AsyncReader {
     /// # Errors
     /// The OS's error if the descriptor cannot be duplicated or registered; panics outside a
     /// tokio runtime with IO enabled, as [`AsyncFd::new`] does.
+    ///
+    /// # Examples
+    /// The module's example; and to get the plain end back:
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    /// # rt.block_on(async {
+    /// let (w, r) = pagepipe::pipe()?;
+    /// let (w, r) = (pagepipe::tokio::AsyncWriter::new(w)?, pagepipe::tokio::AsyncReader::new(r)?);
+    /// assert_eq!(r.get_ref().capacity(), w.get_ref().capacity());
+    /// assert!(w.spin().is_some()); // spins up to DEFAULT_SPIN unless set_spin(None)
+    /// let (_w, _r): (pagepipe::Writer, pagepipe::Reader) = (w.into_inner(), r.into_inner());
+    /// # Ok(())
+    /// # })
+    /// # }
+    /// ```
     pub fn new(reader: Reader) -> io::Result<AsyncReader> {
         Ok(AsyncReader {
             inner: {
@@ -238,18 +255,36 @@ impl AsyncReader {
     }
 
     /// The spin ceiling set by [`AsyncReader::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn spin(&self) -> Option<Duration> {
         self.spin.max()
     }
 
     /// The reader, for use outside the runtime (its registration is dropped).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn into_inner(self) -> Reader {
         self.inner.into_inner().end
     }
 
     /// The reader (for `len`, `capacity` and the like).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn get_ref(&self) -> &Reader {
         &self.inner.get_ref().end
+    }
+}
+
+impl std::fmt::Debug for AsyncReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncReader")
+            .field("reader", self.get_ref())
+            .field("spin", &self.spin())
+            .finish_non_exhaustive()
     }
 }
 
@@ -317,6 +352,9 @@ impl AsyncWriter {
     ///
     /// # Errors
     /// As [`AsyncReader::new`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn new(writer: Writer) -> io::Result<AsyncWriter> {
         Ok(AsyncWriter {
             inner: {
@@ -328,21 +366,33 @@ impl AsyncWriter {
     }
 
     /// Sets the ceiling of the adaptive spin before `Pending`; see [`AsyncReader::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::set_spin`].
     pub fn set_spin(&mut self, max: Option<Duration>) {
         self.spin.set_max(max);
     }
 
     /// The spin ceiling set by [`AsyncWriter::set_spin`].
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn spin(&self) -> Option<Duration> {
         self.spin.max()
     }
 
     /// The writer, for use outside the runtime (its registration is dropped).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn into_inner(self) -> Writer {
         self.inner.into_inner().end
     }
 
     /// The writer (for `free`, `capacity` and the like).
+    ///
+    /// # Examples
+    /// See [`AsyncReader::new`].
     pub fn get_ref(&self) -> &Writer {
         &self.inner.get_ref().end
     }
@@ -392,6 +442,15 @@ impl AsyncWriter {
     }
 }
 
+impl std::fmt::Debug for AsyncWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncWriter")
+            .field("writer", self.get_ref())
+            .field("spin", &self.spin())
+            .finish_non_exhaustive()
+    }
+}
+
 impl AsyncWrite for AsyncWriter {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -431,6 +490,22 @@ impl AsyncWrite for AsyncWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adapters_debug_their_end_and_spin() {
+        let rt = ::tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (w, r) = crate::pipe().unwrap();
+            let (w, mut r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+            r.set_spin(None);
+            let (dw, dr) = (format!("{w:?}"), format!("{r:?}"));
+            assert!(dw.starts_with("AsyncWriter { writer: Writer"), "{dw}");
+            assert!(dr.contains("spin: None"), "{dr}");
+        });
+    }
 
     #[test]
     fn the_spin_budget_grows_on_success_collapses_on_failure_and_probes_at_zero() {

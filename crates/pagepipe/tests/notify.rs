@@ -34,7 +34,12 @@ fn note(kind: u32, subtype: u8, payload: &[u8]) -> Notification {
     }
 }
 
+/// The errno Linux gives for `e`: a buffer too small for the next record is `ENOBUFS` there and
+/// `InvalidInput` here (a kind a caller can match).
 fn errno(e: &std::io::Error) -> Option<i32> {
+    if e.kind() == ErrorKind::InvalidInput {
+        return Some(libc::ENOBUFS);
+    }
     e.raw_os_error()
 }
 
@@ -72,6 +77,41 @@ fn records_are_read_whole_in_linux_layout() {
     assert_eq!(
         r.read_notification().unwrap_err().kind(),
         ErrorKind::UnexpectedEof
+    );
+    assert!(
+        r.next_notification().unwrap().is_none(),
+        "the end as Ok(None)"
+    );
+}
+
+#[test]
+fn the_end_of_the_stream_is_none_and_ends_the_iterator() {
+    let _serial = serial();
+    let (n, mut r) = Builder::new().notifications(2).build().unwrap();
+    for i in 0..3 {
+        n.post(&note(1, i, b"")).unwrap(); // the third is lost
+    }
+    drop(n);
+    let got: Vec<Notification> = r.iter().collect::<Result<_, _>>().unwrap();
+    let shape: Vec<(u32, u8)> = got.iter().map(|x| (x.kind, x.subtype)).collect();
+    assert_eq!(shape, [(1, 0), (1, 1), (0, 1)], "two records, then LOSS");
+    assert!(got[2].is_loss());
+    assert!(r.next_notification().unwrap().is_none());
+    assert_eq!(r.iter().count(), 0);
+}
+
+#[test]
+fn a_notifier_cannot_post_meta_records() {
+    let _serial = serial();
+    let (n, mut r) = Builder::new().notifications(2).build().unwrap();
+    r.set_nonblocking(true).unwrap();
+    for forged in [Notification::loss(), note(0, 0, b""), note(0, 9, b"x")] {
+        let e = n.post(&forged).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{forged:?}");
+    }
+    assert_eq!(
+        r.next_notification().unwrap_err().kind(),
+        ErrorKind::WouldBlock
     );
 }
 
@@ -324,14 +364,19 @@ proptest! {
             match op {
                 Op::Post(kind, subtype, id, len) => {
                     let x = Notification { kind, subtype, id, info_flags: 0, payload: vec![id; len] };
-                    prop_assert_eq!(n.post(&x).unwrap(), m.post(&x));
+                    if kind == pagepipe::META_KIND {
+                        // Meta records are the pipe's own (Linux: only the kernel posts them).
+                        prop_assert_eq!(n.post(&x).unwrap_err().kind(), ErrorKind::InvalidInput);
+                    } else {
+                        prop_assert_eq!(n.post(&x).unwrap(), m.post(&x));
+                    }
                 }
                 Op::Read(len) => {
                     let mut buf = vec![0u8; len];
                     let got = match r.read(&mut buf) {
                         Ok(k) => Ok(buf[..k].to_vec()),
                         Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(vec![]),
-                        Err(e) => Err(e.raw_os_error().unwrap()),
+                        Err(e) => Err(errno(&e).unwrap()),
                     };
                     prop_assert_eq!(got, m.read(len));
                 }
@@ -588,7 +633,7 @@ proptest! {
                 e.kind(),
                 ErrorKind::WouldBlock | ErrorKind::InvalidData | ErrorKind::BrokenPipe
                     | ErrorKind::Deadlock | ErrorKind::UnexpectedEof
-            ) || e.raw_os_error() == Some(libc::ENOBUFS)
+            ) || errno(e) == Some(libc::ENOBUFS)
         };
         for op in ops {
             let t = std::time::Instant::now();

@@ -25,7 +25,7 @@ pub struct Args {
     /// pagepipe slot size (seed 001: larger slots = "fatpipe").
     #[arg(long, default_value_t = 4096)]
     pub slot_size: usize,
-    /// pagepipe pool policy: adaptive[:keep], unified[:keep:burst], tmppage, none.
+    /// pagepipe pool policy: adaptive, adaptive:KEEP, unified, unified:KEEP:BURST, tmppage, none.
     #[arg(long, default_value = "adaptive", value_parser = parse_pool)]
     pub pool: PoolPolicy,
     /// Seconds per run.

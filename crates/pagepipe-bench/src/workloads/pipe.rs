@@ -38,7 +38,7 @@ pub struct Args {
     /// Pipe capacity in bytes (kernel: F_SETPIPE_SZ).
     #[arg(long, default_value_t = 1 << 20)]
     pub pipe_size: usize,
-    /// pagepipe pool policies, comma separated: adaptive[:keep], unified[:keep:burst], tmppage, none.
+    /// pagepipe pool policies, comma separated: adaptive, adaptive:KEEP, unified, unified:KEEP:BURST, tmppage, none.
     #[arg(long, value_delimiter = ',', default_value = "adaptive", value_parser = parse_pool)]
     pub pool: Vec<PoolPolicy>,
     /// pagepipe slot size in bytes (a power of two >= 4096; larger = seed 001's fatpipe).

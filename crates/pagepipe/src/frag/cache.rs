@@ -150,6 +150,16 @@ pub struct FragStats {
 impl FragCache {
     /// A cache with 32 KiB blocks ([`DEFAULT_BLOCK_SIZE`]). Takes no memory until the first
     /// allocation; registers the cache so [`crate::shrink`] can reach its spare blocks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// assert_eq!(cache.block_size(), pagepipe::DEFAULT_BLOCK_SIZE);
+    /// let f = cache.alloc(100);
+    /// assert_eq!(f.len(), 100);
+    /// assert_eq!(cache.stats().bytes_outstanding, 100);
+    /// ```
     pub fn new() -> FragCache {
         FragCache::with_block_size(DEFAULT_BLOCK_SIZE)
     }
@@ -203,6 +213,9 @@ impl FragCache {
     }
 
     /// The configured block size in bytes.
+    ///
+    /// # Examples
+    /// See [`FragCache::new`].
     pub fn block_size(&self) -> usize {
         self.block_size
     }
@@ -265,6 +278,9 @@ impl FragCache {
     }
 
     /// The cache's counters. Costs one lock of the spare list.
+    ///
+    /// # Examples
+    /// See [`FragCache::new`].
     pub fn stats(&self) -> FragStats {
         let current = match self.cur {
             // SAFETY: the cache holds its bias on the current block, so the header is live.

@@ -1,4 +1,5 @@
-//! [`FragCache`]: a page-fragment allocator (seed 004; the idea of Linux's page_frag cache).
+//! [`FragCache`]: a page-fragment allocator (the idea of Linux's page_frag cache,
+//! `page_frag_alloc()`).
 //!
 //! A cache carves large *blocks* (32 KiB by default) into small fragments by bumping an offset.
 //! Each block has one atomic reference count, one reference per fragment handle (a [`Frag`], or

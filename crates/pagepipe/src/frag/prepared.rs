@@ -41,6 +41,16 @@ impl PreparedFrag<'_> {
     ///
     /// # Panics
     /// If `n` is larger than the room offered (`self.len()`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut room = cache.prepare(64, 1500);
+    /// room[..3].copy_from_slice(b"abc");
+    /// let frag = room.commit(3);            // or room.abort(): nothing consumed
+    /// assert_eq!(&frag[..], b"abc");
+    /// ```
     pub fn commit(mut self, n: usize) -> Frag {
         assert!(
             n <= self.cap,
@@ -70,6 +80,9 @@ impl PreparedFrag<'_> {
     }
 
     /// Gives the room back untouched by any fragment (same as dropping it).
+    ///
+    /// # Examples
+    /// See [`PreparedFrag::commit`].
     pub fn abort(self) {}
 }
 

@@ -40,6 +40,12 @@ unsafe impl Sync for Frag {}
 
 impl Frag {
     /// An empty fragment; holds no memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(pagepipe::Frag::empty().is_empty());
+    /// ```
     pub fn empty() -> Frag {
         Frag::empty_aligned(1)
     }
@@ -57,6 +63,17 @@ impl Frag {
 
     /// Turns the fragment into a read-only handle that is cheap to clone (one atomic add) and
     /// may be shared between threads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut cache = pagepipe::FragCache::new();
+    /// let mut f = cache.alloc(5);
+    /// f.copy_from_slice(b"hello");
+    /// let shared = f.freeze();
+    /// let copy = shared.clone();                 // one atomic add
+    /// std::thread::spawn(move || assert_eq!(&copy[..], b"hello")).join().unwrap();
+    /// ```
     pub fn freeze(self) -> FrozenFrag {
         let this = std::mem::ManuallyDrop::new(self);
         FrozenFrag {

@@ -190,11 +190,14 @@ fn notification_pipe(end: End) -> io::Result<End> {
 }
 
 macro_rules! passing {
-    ($end:ident, $side:expr, $name:literal, $check:ident) => {
+    ($end:ident, $side:expr, $name:literal, $check:ident, $recv_example:literal) => {
         impl $end {
             #[doc = concat!("Sends a clone of this ", $name, " over a Unix socket (`SCM_RIGHTS`); the")]
             #[doc = concat!("receiving process gets it with [`", stringify!($end), "::recv_from`]. This")]
             /// process keeps its own handle.
+            ///
+            /// # Examples
+            #[doc = concat!("See [`", stringify!($end), "::recv_from`], and `examples/socket.rs`.")]
             ///
             /// # Errors
             /// The socket's error if sending fails.
@@ -210,19 +213,10 @@ macro_rules! passing {
             /// pagepipe end (wrong descriptors, size, magic or version, or the other end of the
             /// pipe); [`io::ErrorKind::UnexpectedEof`] if the socket closed; the socket's error.
             ///
+            /// # Examples
+            ///
             /// ```
-            /// use std::io::{Read, Write};
-            /// use std::os::unix::net::UnixStream;
-            /// let (a, b) = UnixStream::pair()?;
-            /// let (w, mut r) = pagepipe::pipe()?;
-            /// w.send_to(&a)?;
-            /// drop(w);
-            /// let mut w2 = pagepipe::Writer::recv_from(&b)?; // in another process, typically
-            /// w2.write_all(b"hi")?;
-            /// drop(w2);
-            /// let mut s = String::new();
-            /// r.read_to_string(&mut s)?;
-            /// assert_eq!(s, "hi");
+            #[doc = $recv_example]
             /// # Ok::<(), std::io::Error>(())
             /// ```
             pub fn recv_from(sock: &UnixStream) -> io::Result<$end> {
@@ -234,7 +228,30 @@ macro_rules! passing {
             #[doc = concat!("Lets the program `cmd` will spawn inherit this ", $name, ": its")]
             /// descriptors are inherited across exec and the environment variable `var` names
             #[doc = concat!("them; the child takes the end with [`", stringify!($end), "::from_env`].")]
-            /// `cmd` keeps a clone of the end until it is dropped.
+            ///
+            #[doc = concat!("`cmd` keeps a clone of the ", $name, " until `cmd` is dropped: drop it")]
+            /// after `spawn` (as with `os_pipe`), or the other end never sees this one close
+            #[doc = concat!("(end of file, `BrokenPipe`); [`", stringify!($end), "::spawn_with`] does both.")]
+            /// With tokio's `Command`, pass `cmd.as_std_mut()` and drop the tokio `Command` after
+            /// spawning. Do not give the child this end's `as_fd()` as its stdin or stdout: that
+            /// descriptor only signals readiness (and carries wake-up bytes), not the pipe's data.
+            ///
+            /// # Examples
+            /// Shown with a data pipe's writer; every kind of end passes the same way.
+            /// `examples/exec.rs` runs itself as the child:
+            ///
+            /// ```no_run
+            /// use std::io::Read;
+            /// let (w, mut r) = pagepipe::pipe()?;
+            /// let mut cmd = std::process::Command::new("some-program"); // takes it with from_env
+            /// w.pass_to(&mut cmd, "PAGEPIPE_OUT")?;
+            /// let mut child = cmd.spawn()?;
+            /// drop((cmd, w)); // the Command's clone and ours: now the child holds the only writer
+            /// let mut out = Vec::new();
+            /// r.read_to_end(&mut out)?; // end of file when the child exits
+            /// child.wait()?;
+            /// # Ok::<(), std::io::Error>(())
+            /// ```
             ///
             /// # Errors
             /// [`io::ErrorKind::InvalidInput`] for an empty `var` or one holding `=` or NUL.
@@ -242,8 +259,42 @@ macro_rules! passing {
                 self.end.pass_to(cmd, var)
             }
 
+            #[doc = concat!("Spawns `cmd` with this ", $name, " passed under `var` (see")]
+            #[doc = concat!("[`", stringify!($end), "::pass_to`]) and lets go of it: the ", $name, " and `cmd`, which")]
+            /// held a clone, are dropped once the child is spawned (or failed to be), so the child
+            /// holds the only copy this process gave it and the other end sees it close when the
+            /// child exits.
+            ///
+            /// # Examples
+            /// Shown with a data pipe's writer; every kind of end passes the same way:
+            ///
+            /// ```no_run
+            /// use std::io::Read;
+            /// let (w, mut r) = pagepipe::pipe()?;
+            /// let mut child = w.spawn_with(std::process::Command::new("some-program"), "PAGEPIPE_OUT")?;
+            /// let mut out = Vec::new();
+            /// r.read_to_end(&mut out)?; // end of file when the child exits
+            /// child.wait()?;
+            /// # Ok::<(), std::io::Error>(())
+            /// ```
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($end), "::pass_to`], and `Command::spawn`'s.")]
+            pub fn spawn_with(self, mut cmd: Command, var: &str) -> io::Result<std::process::Child> {
+                self.end.pass_to(&mut cmd, var)?;
+                cmd.spawn()
+            }
+
             #[doc = concat!("Takes the ", $name, " a parent passed with `pass_to` under `var`. Call it")]
             /// once per variable; the descriptors it names become owned by the returned end.
+            ///
+            /// # Examples
+            /// In the child (see `examples/exec.rs`):
+            ///
+            /// ```no_run
+            #[doc = concat!("let end = pagepipe::", stringify!($end), "::from_env(\"PAGEPIPE_END\")?;")]
+            /// # Ok::<(), std::io::Error>(())
+            /// ```
             ///
             /// # Errors
             /// [`io::ErrorKind::NotFound`] if `var` is not set; [`io::ErrorKind::InvalidData`]
@@ -258,14 +309,69 @@ macro_rules! passing {
     };
 }
 
-passing!(Writer, Side::Write, "writer", data_pipe);
-passing!(Reader, Side::Read, "reader", data_pipe);
-passing!(Notifier, Side::Write, "notifier", notification_pipe);
+passing!(
+    Writer,
+    Side::Write,
+    "writer",
+    data_pipe,
+    "use std::io::{Read, Write};
+let (a, b) = std::os::unix::net::UnixStream::pair()?;
+let (w, mut r) = pagepipe::pipe()?;
+w.send_to(&a)?;
+drop(w);
+let mut w2 = pagepipe::Writer::recv_from(&b)?; // in another process, typically
+w2.write_all(b\"hi\")?;
+drop(w2);
+let mut s = String::new();
+r.read_to_string(&mut s)?;
+assert_eq!(s, \"hi\");"
+);
+passing!(
+    Reader,
+    Side::Read,
+    "reader",
+    data_pipe,
+    "use std::io::{Read, Write};
+let (a, b) = std::os::unix::net::UnixStream::pair()?;
+let (mut w, r) = pagepipe::pipe()?;
+r.send_to(&a)?;
+drop(r);
+let mut r2 = pagepipe::Reader::recv_from(&b)?; // in another process, typically
+w.write_all(b\"hi\")?;
+drop(w);
+let mut s = String::new();
+r2.read_to_string(&mut s)?;
+assert_eq!(s, \"hi\");"
+);
+passing!(
+    Notifier,
+    Side::Write,
+    "notifier",
+    notification_pipe,
+    "use pagepipe::{Builder, Notification};
+let (a, b) = std::os::unix::net::UnixStream::pair()?;
+let (n, mut r) = Builder::new().notifications(4).build()?;
+n.send_to(&a)?;
+drop(n);
+let n2 = pagepipe::Notifier::recv_from(&b)?; // in another process, typically
+n2.post(&Notification { kind: 1, subtype: 3, ..Default::default() })?;
+drop(n2);
+assert_eq!(r.next_notification()?.map(|x| x.subtype), Some(3));
+assert!(r.next_notification()?.is_none());"
+);
 passing!(
     NotificationReader,
     Side::Read,
     "notification reader",
-    notification_pipe
+    notification_pipe,
+    "use pagepipe::{Builder, Notification};
+let (a, b) = std::os::unix::net::UnixStream::pair()?;
+let (n, r) = Builder::new().notifications(4).build()?;
+r.send_to(&a)?;
+drop(r);
+let mut r2 = pagepipe::NotificationReader::recv_from(&b)?; // in another process, typically
+n.post(&Notification { kind: 1, subtype: 3, ..Default::default() })?;
+assert_eq!(r2.read_notification()?.subtype, 3);"
 );
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use std::time::Duration;
 /// A read returns what is queued (up to the buffer's length) without waiting for more; it blocks
 /// only on an empty pipe, and returns `Ok(0)` (end of file) once the pipe is empty and no
 /// writer is left in any process (dropped, exited or killed).
+///
+/// Its `AsFd` descriptor is for polling only, not a descriptor of the data (see the `AsFd` impl).
 pub struct Reader {
     pub(crate) end: Arc<End>,
 }
@@ -27,12 +29,34 @@ impl Reader {
     /// Switches this end to non-blocking mode (`O_NONBLOCK`) or back, for every holder of it:
     /// a read of an empty pipe then fails with [`io::ErrorKind::WouldBlock`] while writers
     /// exist, and so does a read that finds the read side held (by a chunk or a resize).
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for one, as `UnixStream::set_nonblocking`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// r.set_nonblocking(true)?;
+    /// assert!(r.is_nonblocking());
+    /// let err = std::io::Read::read(&mut &r, &mut [0u8; 8]).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether reads are non-blocking.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// assert!(!r.is_nonblocking()); // blocking, like a new pipe(2)
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn is_nonblocking(&self) -> bool {
         self.end.is_nonblocking()
     }
@@ -57,16 +81,48 @@ impl Reader {
     }
 
     /// The read timeout set by [`Reader::set_read_timeout`].
+    ///
+    /// # Errors
+    /// None today; the `Result` matches `UnixStream::read_timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// assert_eq!(r.read_timeout()?, None);
+    /// r.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
+    /// assert_eq!(r.read_timeout()?, Some(std::time::Duration::from_secs(1)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.end.timeout())
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// assert_eq!(r.capacity(), pagepipe::DEFAULT_CAPACITY);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.shared().capacity()
     }
 
     /// Resizes the pipe; see [`crate::Writer::set_capacity`].
+    ///
+    /// # Errors
+    /// As [`crate::Writer::set_capacity`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// assert_eq!(r.set_capacity(1 << 20)?, 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_capacity(&self, bytes: usize) -> io::Result<usize> {
         let cap = self
             .shared()
@@ -89,6 +145,14 @@ impl Reader {
     }
 
     /// True when no byte is queued (see [`Reader::len`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_w, r) = pagepipe::pipe()?;
+    /// assert!(r.is_empty());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -156,6 +220,10 @@ impl Reader {
     /// assert_eq!(r.try_read(&mut buf)?, 3);
     /// # Ok::<(), std::io::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::WouldBlock`] when nothing is queued while writers exist, or the read
+    /// side is held; `InvalidData` if the shared region is corrupt. `Ok(0)` is end of file.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.read_impl(buf, true)
     }
@@ -468,6 +536,21 @@ pub struct ReadChunk<'a> {
 
 impl ReadChunk<'_> {
     /// The queued bytes, one slice per slot, oldest first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (mut w, r) = pagepipe::pipe()?;
+    /// w.write_all(b"abc")?;
+    /// let chunk = r.read_chunk()?;
+    /// assert_eq!(chunk.len(), 3);
+    /// assert!(!chunk.is_empty());
+    /// assert_eq!(chunk.slices().next(), Some(&b"abc"[..]));
+    /// chunk.consume(2); // "c" stays queued
+    /// assert_eq!(r.len(), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let ring = self.guard.ring();
         (self.guard.tail..self.guard.cached_head).map(move |i| {
@@ -484,11 +567,17 @@ impl ReadChunk<'_> {
     }
 
     /// Total bytes in [`ReadChunk::slices`].
+    ///
+    /// # Examples
+    /// See [`ReadChunk::slices`].
     pub fn len(&self) -> usize {
         self.slices().map(<[u8]>::len).sum()
     }
 
     /// True at end of file (or, in non-blocking use, never: an empty pipe is `WouldBlock`).
+    ///
+    /// # Examples
+    /// See [`ReadChunk::slices`].
     pub fn is_empty(&self) -> bool {
         self.guard.tail == self.guard.cached_head
     }
@@ -502,6 +591,9 @@ impl ReadChunk<'_> {
     /// changed them since, and a length computed from the region is never trusted twice (so
     /// this never panics on what a peer wrote). A slot a peer corrupted since [`Reader::read_chunk`]
     /// validated it stops the consumption early; the next read reports it.
+    ///
+    /// # Examples
+    /// See [`ReadChunk::slices`].
     pub fn consume(mut self, n: usize) {
         let sh = self.guard.sh;
         let _ = consume(sh, &mut self.guard, n, By::Chunk, |_, _, _| {});

@@ -13,8 +13,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 ///
 /// The first call makes the pipe keep the descriptor exact from then on, in every process: a
 /// write that makes the pipe non-empty (or full), or a read that empties it (or frees room),
-/// then costs one more system call. A pipe nobody polls makes none. The descriptor is for
-/// readiness only: reading from it or writing to it desynchronizes it.
+/// then costs one more system call. A pipe nobody polls makes none.
+///
+/// **The descriptor signals readiness; it does not carry the pipe's data.** Reading from it or
+/// writing to it desynchronizes it, and handing it to another program (as its stdin, say)
+/// gives that program wake-up bytes, not your stream. To give a child the pipe itself use
+/// [`Reader::pass_to`]; a program that can only take a plain descriptor needs a kernel pipe.
 ///
 /// With mio, nothing more than the raw descriptor is needed:
 ///
@@ -55,7 +59,8 @@ impl AsFd for Reader {
 
 /// The writer's descriptor polls like a kernel pipe's write end: `POLLOUT` while the ring has a
 /// free slot, `POLLERR` once no reader is left in any process. See [`Reader`'s](Reader)
-/// `AsFd` for what the first call starts and costs.
+/// `AsFd` for what the first call starts and costs, and why the descriptor is no substitute for
+/// the pipe (it carries readiness, not data).
 impl AsFd for Writer {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.end.poll_fd()

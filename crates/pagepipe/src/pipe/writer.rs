@@ -22,6 +22,9 @@ pub const PIPE_BUF: usize = 4096;
 /// are atomic even with many concurrent writers, in any number of processes, and even if the
 /// writer is killed in the middle of one.
 ///
+/// Its `AsFd` descriptor is for polling only, not a descriptor of the data (see the `AsFd` impl
+/// on [`crate::Reader`]).
+///
 /// ```
 /// use std::io::{Read, Write};
 /// let (mut w, mut r) = pagepipe::pipe()?;
@@ -47,12 +50,31 @@ impl Writer {
     /// In non-blocking mode a write that can place nothing fails with
     /// [`io::ErrorKind::WouldBlock`], and so does one that finds the write side held (by a
     /// chunk or a resize); a larger write places what fits and returns the count.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for one, as `UnixStream::set_nonblocking`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (w, _r) = pagepipe::pipe()?;
+    /// w.set_nonblocking(true)?;
+    /// assert!(w.is_nonblocking());
+    /// let n = (&w).write(&vec![0u8; 100_000])?; // places what fits in 64 KiB
+    /// assert_eq!(n, 65_536);
+    /// assert_eq!((&w).write(b"x").unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether writes are non-blocking.
+    ///
+    /// # Examples
+    /// See [`Writer::set_nonblocking`].
     pub fn is_nonblocking(&self) -> bool {
         self.end.is_nonblocking()
     }
@@ -64,22 +86,59 @@ impl Writer {
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use std::time::Duration;
+    /// let (w, _r) = pagepipe::pipe()?;
+    /// w.set_write_timeout(Some(Duration::from_millis(10)))?;
+    /// assert_eq!(w.write_timeout()?, Some(Duration::from_millis(10)));
+    /// (&w).write_all(&vec![0u8; 65_536])?; // fills the pipe
+    /// assert_eq!((&w).write(b"x").unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.end.set_timeout(timeout)
     }
 
     /// The write timeout set by [`Writer::set_write_timeout`].
+    ///
+    /// # Errors
+    /// None today; the `Result` matches `UnixStream::write_timeout`.
+    ///
+    /// # Examples
+    /// See [`Writer::set_write_timeout`].
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.end.timeout())
     }
 
     /// The pipe's capacity in bytes (`F_GETPIPE_SZ`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::Builder::new().capacity(1 << 20).build()?;
+    /// assert_eq!(w.capacity(), 1 << 20);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.shared().capacity()
     }
 
     /// Bytes of whole free slots: a write of this many bytes would not block now (a small
     /// write may fit in more, by merging into the last slot). Takes no lock: a snapshot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (mut w, _r) = pagepipe::pipe()?;
+    /// w.write_all(&[0u8; 4096])?;
+    /// assert_eq!(w.free(), 65_536 - 4096);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn free(&self) -> usize {
         let sh = self.shared();
         let (h, t) = sh.indices();
@@ -114,11 +173,34 @@ impl Writer {
 
     /// Spare pages the pipe's pool holds resident (pages at free slot positions that the next
     /// writes reuse without a page fault), as counted by the pool.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// let (mut w, mut r) = pagepipe::pipe()?;
+    /// w.write_all(&[1u8; 8192])?;
+    /// r.read_exact(&mut [0u8; 8192])?;
+    /// assert!(w.spare_pages() <= 16); // the default pool keeps drained pages while busy
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn spare_pages(&self) -> usize {
         self.shared().spare_pages()
     }
 
     /// Resident 4 KiB pages at free slot positions as the kernel reports them (`mincore(2)`).
+    ///
+    /// # Errors
+    /// The OS's error if `mincore(2)` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::pipe()?;
+    /// let resident = w.resident_spare_pages()?;
+    /// assert!(resident <= 16);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     #[cfg(not(loom))]
     pub fn resident_spare_pages(&self) -> io::Result<usize> {
         self.shared().resident_spare_pages()
@@ -181,6 +263,20 @@ impl Writer {
     /// Writes without blocking, whatever this end's mode: like `write` in non-blocking mode
     /// (`WouldBlock` when nothing fits or the write side is held; a large write places what
     /// fits). What async adapters and event loops use without changing the shared mode.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::WouldBlock`] when nothing fits or the write side is held;
+    /// [`io::ErrorKind::BrokenPipe`] when no reader is left in any process; `InvalidData` if the
+    /// shared region is corrupt.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::pipe()?;
+    /// assert_eq!(w.try_write(&vec![0u8; 100_000])?, 65_536);
+    /// assert_eq!(w.try_write(b"x").unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         if let Some(r) = self.write_small(buf) {
             return r;
@@ -191,6 +287,19 @@ impl Writer {
 
     /// [`Writer::try_write`] of several buffers as one write (atomic up to
     /// [`crate::PIPE_BUF`] bytes in all).
+    ///
+    /// # Errors
+    /// As [`Writer::try_write`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::IoSlice;
+    /// let (w, r) = pagepipe::pipe()?;
+    /// assert_eq!(w.try_write_vectored(&[IoSlice::new(b"ab"), IoSlice::new(b"cd")])?, 4);
+    /// assert_eq!(r.len(), 4);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.write_impl(&mut Source::new(bufs), true)
     }
@@ -531,17 +640,38 @@ pub struct WriteChunk<'a> {
 
 impl WriteChunk<'_> {
     /// Bytes the chunk can take.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, r) = pagepipe::pipe()?;
+    /// let mut chunk = w.write_chunk()?;
+    /// assert_eq!(chunk.len(), 65_536); // an empty pipe: all of it
+    /// assert!(!chunk.is_empty());
+    /// let (first, second) = chunk.as_mut_slices();
+    /// assert_eq!(first.len() + second.len(), 65_536);
+    /// first[..2].copy_from_slice(b"hi");
+    /// assert_eq!(chunk.commit(2), 2);
+    /// assert_eq!(r.len(), 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.free * self.guard.ring().slot_size()
     }
 
     /// Never true: a chunk has at least one free slot.
+    ///
+    /// # Examples
+    /// See [`WriteChunk::len`].
     pub fn is_empty(&self) -> bool {
         self.free == 0
     }
 
     /// The free space as at most two contiguous runs (the ring wraps once); fill the first, then
     /// the second.
+    ///
+    /// # Examples
+    /// See [`WriteChunk::len`].
     pub fn as_mut_slices(&mut self) -> (&mut [u8], &mut [u8]) {
         let ring = self.guard.ring();
         let first = ring::slot(self.guard.head, ring.size);
@@ -563,6 +693,9 @@ impl WriteChunk<'_> {
     ///
     /// # Panics
     /// If `n` exceeds [`WriteChunk::len`].
+    ///
+    /// # Examples
+    /// See [`WriteChunk::len`].
     pub fn commit(mut self, n: usize) -> usize {
         assert!(
             n <= self.len(),
@@ -635,6 +768,14 @@ impl io::Write for &Writer {
 impl Writer {
     /// Always true: [`io::Write::write_vectored`] writes every buffer in one call, atomically
     /// up to [`crate::PIPE_BUF`] bytes in all (`Write::is_write_vectored` is not yet stable).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::pipe()?;
+    /// assert!(w.is_write_vectored());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn is_write_vectored(&self) -> bool {
         true
     }

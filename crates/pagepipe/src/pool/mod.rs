@@ -1,4 +1,5 @@
-//! The per-pipe page pool (seed 000): its policies ([`policy`]) and its mechanics ([`pages`]).
+//! The per-pipe page pool (after the 2026 proposal to replace `pipe_inode_info.tmp_page`): its
+//! policies ([`policy`]) and its mechanics ([`pages`]).
 //!
 //! Every slot position of a pipe owns one page-sized buffer in the pipe's arena. A position that
 //! holds no data is *free*; its page is either *resident* (a spare page: the next write there

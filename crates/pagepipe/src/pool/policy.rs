@@ -1,5 +1,5 @@
 //! The pool's policies: which freed pages stay resident, whether a writer faults pages in
-//! before taking the write side, and when spare pages are trimmed (seed 000).
+//! before taking the write side, and when spare pages are trimmed.
 //!
 //! Every slot position of a pipe owns one page-sized buffer in the pipe's arena. A position that
 //! holds no data is *free*; its page is either *resident* (a spare page in the pool: the next write
@@ -10,8 +10,17 @@
 
 /// How a pipe recycles the pages its data passes through.
 ///
-/// The variants reproduce the kernel designs measured in seed 000, plus pagepipe's default.
-/// See the README's pool table for what each costs on this machine.
+/// The variants reproduce Linux's designs, plus pagepipe's default: `TmpPage` is the pipe's
+/// two-page cache (`pipe_inode_info.tmp_page`, filled and used by `pipe_write()` in
+/// `fs/pipe.c`), `Unified` the per-pipe page pool proposed in 2026 to replace it. What each
+/// costs is measured by `pagepipe-bench pipe --pool` (docs/benchmarks.md).
+///
+/// ```
+/// use pagepipe::{Builder, PoolPolicy};
+/// let (_w, _r) = Builder::new().pool(PoolPolicy::Unified { keep: 2, burst: 8 }).build()?;
+/// assert_eq!(PoolPolicy::default(), PoolPolicy::Adaptive { keep: 2 });
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolPolicy {
     /// The 2026 kernel's unified per-pipe pool: before taking the write side a writer faults in
@@ -38,7 +47,7 @@ pub enum PoolPolicy {
 }
 
 impl Default for PoolPolicy {
-    /// `Adaptive { keep: 2 }`, chosen by measurement (README, "Pool policies").
+    /// `Adaptive { keep: 2 }`, chosen by measurement (docs/benchmarks.md, the pool experiment).
     fn default() -> Self {
         PoolPolicy::Adaptive { keep: 2 }
     }

@@ -1,5 +1,5 @@
-//! Notification pipes (seed 002, Linux's watch_queue): records of 8 to 127 bytes posted by a
-//! [`Notifier`] that never sleeps, into a ring whose slots are all reserved for them.
+//! Notification pipes (Linux's watch queue, `kernel/watch_queue.c`): records of 8 to 127 bytes
+//! posted by a [`Notifier`] that never sleeps, into a ring whose slots are all reserved for them.
 //!
 //! Shape. A notification pipe is a pipe whose ring holds one record per slot (at the start of
 //! the slot's page) and refuses data: there is no [`crate::Writer`], only notifiers, and a
@@ -31,5 +31,5 @@ mod reader;
 mod record;
 
 pub use notifier::Notifier;
-pub use reader::NotificationReader;
+pub use reader::{NotificationReader, Notifications};
 pub use record::{Filter, Notification, LOSS_SUBTYPE, MAX_FILTERS, MAX_PAYLOAD, META_KIND};

@@ -1,7 +1,7 @@
 //! The posting end of a notification pipe: [`Notifier::post`] never sleeps (see the protocol in
 //! the module docs of `pipe::notify`).
 
-use super::record::{filters_pass, Notification, RECORD_MAX};
+use super::record::{filters_pass, Notification, META_KIND, RECORD_MAX};
 use crate::error::{broken_pipe, release_stuck};
 use crate::lock;
 use crate::pipe::end::End;
@@ -54,9 +54,22 @@ impl Notifier {
     /// While some process polls the reader's descriptor, a post also takes the pipe's short
     /// readiness lock to keep that descriptor exact.
     ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(8).build()?;
+    /// assert!(notifier.post(&Notification { kind: 1, subtype: 2, ..Default::default() })?);
+    /// assert_eq!(reader.read_notification()?.subtype, 2);
+    /// // Meta records (kind 0, such as LOSS) are the pipe's own: a notifier cannot forge them.
+    /// let forged = notifier.post(&Notification::loss()).unwrap_err();
+    /// assert_eq!(forged.kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`io::ErrorKind::InvalidInput`] for a kind above 24 bits or a payload longer than
-    /// [`crate::MAX_PAYLOAD`]; [`io::ErrorKind::BrokenPipe`] when no reader is left;
+    /// [`io::ErrorKind::InvalidInput`] for a kind above 24 bits, a payload longer than
+    /// [`crate::MAX_PAYLOAD`], or kind [`crate::META_KIND`] (0: meta records such as LOSS
+    /// are made by the pipe, as on Linux, where only the kernel posts them);
+    /// [`io::ErrorKind::BrokenPipe`] when no reader is left;
     /// [`io::ErrorKind::InvalidData`] if the shared region is corrupt; [`io::ErrorKind::TimedOut`]
     /// if the write side stayed held for 100 ms (a poster holds it for microseconds: a peer
     /// wrote a live thread's identity into the lock), or if the ring is full and a reader in
@@ -64,6 +77,12 @@ impl Notifier {
     /// the side, then 100 ms for the reader.
     pub fn post(&self, n: &Notification) -> io::Result<bool> {
         let mut rec = [0u8; RECORD_MAX];
+        if n.kind == META_KIND {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "kind 0 is for meta records (LOSS), which only the pipe makes; post kinds 1 and up",
+            ));
+        }
         let len = n.encode(&mut rec)?;
         if self.end.peer_gone(false) {
             return Err(broken_pipe());
@@ -84,6 +103,9 @@ impl Notifier {
     }
 
     /// Records the pipe holds (a power of two).
+    ///
+    /// # Examples
+    /// See [`crate::NotificationBuilder::pool`].
     pub fn capacity(&self) -> usize {
         self.end.shared.config().notes
     }

@@ -1,7 +1,7 @@
 //! The reading end of a notification pipe: whole records, Linux's `read(2)` on a watch queue.
 
 use super::record::{set_filters, Filter, Notification, HEADER, MAX_FILTERS, RECORD_MAX};
-use crate::error::{enobufs, invalid, would_block};
+use crate::error::{buffer_too_small, invalid, would_block};
 use crate::lock;
 use crate::pipe::end::End;
 use crate::pipe::shared::{ReadGuard, Ring, Shared};
@@ -11,8 +11,9 @@ use std::io;
 use std::time::Duration;
 
 /// Reads whole records into `buf` (at most `max_records` of them), as `read(2)` on a Linux
-/// notification pipe: the LOSS record after a flagged one, `ENOBUFS` if the next record does
-/// not fit an empty buffer, end of file once no notifier is left.
+/// notification pipe: the LOSS record after a flagged one, [`buffer_too_small`] (Linux:
+/// `ENOBUFS`) if the next record does not fit an empty buffer, end of file once no notifier is
+/// left.
 fn read(r: &End, buf: &mut [u8], nonblocking: bool, max_records: usize) -> io::Result<usize> {
     let sh = &*r.shared;
     let deadline = sh.deadline(Side::Read);
@@ -56,7 +57,11 @@ fn read_records(
     while records < max_records {
         if h.note_loss.load(Ordering::Relaxed) != 0 {
             if buf.len() - n < HEADER {
-                return if n == 0 { Err(enobufs()) } else { Ok(n) };
+                return if n == 0 {
+                    Err(buffer_too_small(buf.len(), HEADER))
+                } else {
+                    Ok(n)
+                };
             }
             buf[n..n + HEADER].copy_from_slice(&Notification::loss().to_bytes());
             h.note_loss.store(0, Ordering::Relaxed);
@@ -80,12 +85,30 @@ fn read_records(
             )));
         }
         if len > buf.len() - n {
-            return if n == 0 { Err(enobufs()) } else { Ok(n) };
+            return if n == 0 {
+                Err(buffer_too_small(buf.len(), len))
+            } else {
+                Ok(n)
+            };
         }
         // SAFETY: len <= 127 bytes at the start of a published slot's page (inside it), copied
         // raw from shared memory into `buf[n..n + len]` (checked to fit), which cannot overlap
         // the region's mapping.
         unsafe { std::ptr::copy_nonoverlapping(ring.page(pos), buf[n..].as_mut_ptr(), len) };
+        // Only the reader makes LOSS records: `post` refuses meta records, so one in a slot was
+        // written there by a peer, and passing it on would report a loss that never happened.
+        // The records already copied out this call are consumed: return them first, and the
+        // error at the next read (which finds this record again).
+        if Notification::is_meta_word(&buf[n..n + len]) {
+            return if n == 0 {
+                Err(invalid(format!(
+                    "notification slot {} holds a meta record no notifier can post",
+                    rs.tail
+                )))
+            } else {
+                Ok(n)
+            };
+        }
         // Relaxed: decides only between us and a poster's LOSS CAS on this word; the poster
         // reuses the slot only after our Release tail RMW below.
         while let Err(now) =
@@ -112,9 +135,11 @@ fn read_records(
 /// The reading end of a notification pipe (see [`crate::Builder::notifications`]).
 ///
 /// As on a Linux notification pipe, `read` returns whole records in Linux's byte layout
-/// ([`Notification::to_bytes`]) and fails with `ENOBUFS` when the buffer cannot hold the next
-/// one; a LOSS record (8 bytes, kind 0, subtype 1) follows the records queued when posts were
-/// lost; reading returns end of file (`Ok(0)`) once the pipe is empty and no notifier is left.
+/// ([`Notification::to_bytes`]) and fails when the buffer cannot hold the next one (Linux:
+/// `ENOBUFS`; here [`io::ErrorKind::InvalidInput`], a kind a caller can match: a 127-byte
+/// buffer always fits); a LOSS record (8 bytes, kind 0, subtype 1) follows the records queued
+/// when posts were lost; reading returns end of file (`Ok(0)`) once the pipe is empty and no
+/// notifier is left ([`NotificationReader::next_notification`] says `Ok(None)`).
 /// A notification pipe takes no data: it has no chunk API, no splice family and no resize (what
 /// Linux answers with `EXDEV` and `EBUSY` does not compile here):
 ///
@@ -149,12 +174,25 @@ impl NotificationReader {
     ///
     /// # Errors
     /// None today; the `Result` matches [`crate::Reader::set_nonblocking`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (_n, mut r) = pagepipe::Builder::new().notifications(4).build()?;
+    /// r.set_nonblocking(true)?;
+    /// assert!(r.is_nonblocking());
+    /// assert_eq!(r.next_notification().unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
         self.end.set_nonblocking(nonblocking);
         Ok(())
     }
 
     /// Whether reads are non-blocking.
+    ///
+    /// # Examples
+    /// See [`NotificationReader::set_nonblocking`].
     pub fn is_nonblocking(&self) -> bool {
         self.end.is_nonblocking()
     }
@@ -164,6 +202,17 @@ impl NotificationReader {
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for `Some(Duration::ZERO)`, as for sockets.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (_n, mut r) = pagepipe::Builder::new().notifications(4).build()?;
+    /// r.set_read_timeout(Some(Duration::from_millis(10)))?;
+    /// assert_eq!(r.read_timeout()?, Some(Duration::from_millis(10)));
+    /// assert_eq!(r.next_notification().unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         self.end.set_timeout(timeout)
     }
@@ -172,45 +221,126 @@ impl NotificationReader {
     ///
     /// # Errors
     /// None today; the `Result` matches [`crate::Reader::read_timeout`].
+    ///
+    /// # Examples
+    /// See [`NotificationReader::set_read_timeout`].
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
         Ok(self.end.timeout())
     }
 
     /// Records the pipe holds (a power of two), as [`crate::Notifier::capacity`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (n, r) = Builder::new().notifications(5).build()?;
+    /// assert_eq!(r.capacity(), 8); // rounded up to a power of two
+    /// assert!(r.is_empty());
+    /// n.post(&Notification { kind: 1, payload: b"abc".to_vec(), ..Default::default() })?;
+    /// assert_eq!(r.len(), 11); // one record of 8 + 3 bytes
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.end.shared.config().notes
     }
 
     /// Bytes of records queued, without taking a lock: a snapshot.
+    ///
+    /// # Examples
+    /// See [`NotificationReader::capacity`].
     pub fn len(&self) -> usize {
         self.end.shared.queued_bytes()
     }
 
     /// True when no record is queued (see [`NotificationReader::len`]).
+    ///
+    /// # Examples
+    /// See [`NotificationReader::capacity`].
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 impl NotificationReader {
-    /// Reads one record of a notification pipe: the next queued one, or the LOSS record
-    /// ([`Notification::is_loss`]) where records were lost. Blocks while the pipe is empty
-    /// (non-blocking: `WouldBlock`).
+    /// Reads one record: the next queued one, or the LOSS record ([`Notification::is_loss`])
+    /// where records were lost; `Ok(None)` at the end of the stream (the pipe is empty and no
+    /// notifier is left in any process). Blocks while the pipe is empty and notifiers exist.
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(8).build()?;
+    /// notifier.post(&Notification { kind: 1, payload: b"hi".to_vec(), ..Default::default() })?;
+    /// drop(notifier);
+    /// while let Some(n) = reader.next_notification()? {
+    ///     assert_eq!(n.payload, b"hi");
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`io::ErrorKind::UnexpectedEof`] once the pipe is empty and no notifier is left;
-    /// `WouldBlock`, `TimedOut` as for `read`;
-    /// `InvalidData` if the shared region is corrupt.
-    pub fn read_notification(&mut self) -> io::Result<Notification> {
+    /// [`io::ErrorKind::WouldBlock`] on an empty pipe in non-blocking mode;
+    /// [`io::ErrorKind::TimedOut`] after the read timeout; [`io::ErrorKind::InvalidData`] if the
+    /// shared region is corrupt (a peer wrote it).
+    pub fn next_notification(&mut self) -> io::Result<Option<Notification>> {
         let mut buf = [0u8; RECORD_MAX];
         let n = read(&self.end, &mut buf, self.is_nonblocking(), 1)?;
         if n == 0 {
-            return Err(io::Error::new(
+            return Ok(None);
+        }
+        Ok(Some(Notification::parse(&buf[..n])?.0))
+    }
+
+    /// Like [`NotificationReader::next_notification`], with the end of the stream as an error:
+    /// for callers that expect more records.
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(8).build()?;
+    /// notifier.post(&Notification { kind: 7, ..Default::default() })?;
+    /// assert_eq!(reader.read_notification()?.kind, 7);
+    /// drop(notifier);
+    /// let end = reader.read_notification().unwrap_err();
+    /// assert_eq!(end.kind(), std::io::ErrorKind::UnexpectedEof);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::UnexpectedEof`] once the pipe is empty and no notifier is left;
+    /// otherwise as [`NotificationReader::next_notification`].
+    pub fn read_notification(&mut self) -> io::Result<Notification> {
+        self.next_notification()?.ok_or_else(|| {
+            io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the notification pipe has no notifier left",
-            ));
+            )
+        })
+    }
+
+    /// The records, one by one, until the end of the stream: an iterator of
+    /// `io::Result<Notification>` over [`NotificationReader::next_notification`]. It ends at the
+    /// end of the stream, and after yielding an error (`WouldBlock`, `TimedOut`, `InvalidData`):
+    /// call `iter()` again to go on after a `WouldBlock` or a `TimedOut`.
+    ///
+    /// ```
+    /// use pagepipe::{Builder, Notification};
+    /// let (notifier, mut reader) = Builder::new().notifications(8).build()?;
+    /// for subtype in 0..3 {
+    ///     notifier.post(&Notification { kind: 1, subtype, ..Default::default() })?;
+    /// }
+    /// drop(notifier);
+    /// let subtypes: Vec<u8> = reader
+    ///     .iter()
+    ///     .map(|n| n.map(|n| n.subtype))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(subtypes, [0, 1, 2]);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn iter(&mut self) -> Notifications<'_> {
+        Notifications {
+            reader: self,
+            done: false,
         }
-        Ok(Notification::parse(&buf[..n])?.0)
     }
 
     /// Sets the filters of a notification pipe: from then on, posts that match none of them
@@ -247,6 +377,26 @@ impl NotificationReader {
     }
 }
 
+/// The iterator of [`NotificationReader::iter`].
+#[derive(Debug)]
+pub struct Notifications<'a> {
+    reader: &'a mut NotificationReader,
+    done: bool,
+}
+
+impl Iterator for Notifications<'_> {
+    type Item = io::Result<Notification>;
+
+    fn next(&mut self) -> Option<io::Result<Notification>> {
+        if self.done {
+            return None;
+        }
+        let next = self.reader.next_notification();
+        self.done = !matches!(next, Ok(Some(_)));
+        next.transpose()
+    }
+}
+
 impl io::Read for NotificationReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (&*self).read(buf)
@@ -277,5 +427,55 @@ impl std::fmt::Debug for NotificationReader {
             .field("capacity", &self.capacity())
             .field("nonblocking", &self.is_nonblocking())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{Builder, Notification};
+    use std::io::ErrorKind;
+
+    /// A peer with a mapping of the region rewrites a queued record into the LOSS record's
+    /// shape: the reader reports the corruption instead of a loss that never happened.
+    #[test]
+    fn a_meta_record_written_into_a_slot_is_invalid_data() {
+        let (n, mut r) = Builder::new().notifications(2).build().unwrap();
+        n.post(&Notification {
+            kind: 1,
+            ..Notification::default()
+        })
+        .unwrap();
+        let loss = Notification::loss().to_bytes();
+        let page = r.end.shared.region.page(0);
+        // SAFETY: position 0's page holds the queued 8-byte record; this stands for a peer's
+        // store through its own mapping of the same memory.
+        unsafe { std::ptr::copy_nonoverlapping(loss.as_ptr(), page, loss.len()) };
+        let e = r.next_notification().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    }
+
+    /// A forged record behind good ones: the good ones are returned (they are consumed), the
+    /// error comes with the next read.
+    #[test]
+    fn records_before_a_forged_one_are_returned_first() {
+        let (n, mut r) = Builder::new().notifications(4).build().unwrap();
+        for subtype in 0..2 {
+            n.post(&Notification {
+                kind: 1,
+                subtype,
+                ..Notification::default()
+            })
+            .unwrap();
+        }
+        let loss = Notification::loss().to_bytes();
+        let page = r.end.shared.region.page(1);
+        // SAFETY: position 1's page holds the second queued 8-byte record; this stands for a
+        // peer's store through its own mapping of the same memory.
+        unsafe { std::ptr::copy_nonoverlapping(loss.as_ptr(), page, loss.len()) };
+        let mut buf = [0u8; 64];
+        assert_eq!(std::io::Read::read(&mut r, &mut buf).unwrap(), 8);
+        assert_eq!(Notification::parse(&buf).unwrap().0.subtype, 0);
+        let e = std::io::Read::read(&mut r, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
     }
 }

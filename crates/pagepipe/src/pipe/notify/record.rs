@@ -56,6 +56,17 @@ pub struct Notification {
 
 impl Notification {
     /// The LOSS meta record a reader gets after records were lost: kind 0, subtype 1, 8 bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::{Notification, LOSS_SUBTYPE, META_KIND};
+    /// let loss = Notification::loss();
+    /// assert!(loss.is_loss());
+    /// assert_eq!((loss.kind, loss.subtype), (META_KIND, LOSS_SUBTYPE));
+    /// assert_eq!(loss.info(), 8); // length 8, id 0, no flags
+    /// assert_eq!(loss.to_bytes().len(), 8);
+    /// ```
     pub fn loss() -> Notification {
         Notification {
             kind: META_KIND,
@@ -65,11 +76,23 @@ impl Notification {
     }
 
     /// True for the LOSS meta record.
+    ///
+    /// # Examples
+    /// See [`Notification::loss`].
     pub fn is_loss(&self) -> bool {
         self.kind == META_KIND && self.subtype == LOSS_SUBTYPE
     }
 
+    /// Whether the record whose bytes start `rec` (at least 4 of them) is a meta record (kind
+    /// [`META_KIND`]), which only the pipe itself makes.
+    pub(crate) fn is_meta_word(rec: &[u8]) -> bool {
+        rec.len() >= 4 && u32::from_le_bytes([rec[0], rec[1], rec[2], 0]) == META_KIND
+    }
+
     /// The record's `info` word: length, id and flags.
+    ///
+    /// # Examples
+    /// See [`Notification::loss`] and the type's example.
     pub fn info(&self) -> u32 {
         let len = (HEADER + self.payload.len()) as u32 & INFO_LENGTH;
         len | u32::from(self.id) << 8 | u32::from(self.info_flags) << 16
@@ -80,6 +103,9 @@ impl Notification {
     /// # Panics
     /// If `kind` does not fit 24 bits or the payload is longer than [`MAX_PAYLOAD`]
     /// ([`crate::Notifier::post`] reports those as `InvalidInput` instead).
+    ///
+    /// # Examples
+    /// See the type's example.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut buf = [0u8; RECORD_MAX];
         let n = self
@@ -114,6 +140,17 @@ impl Notification {
     /// # Errors
     /// [`io::ErrorKind::InvalidData`] when `buf` is shorter than 8 bytes or than the length the
     /// record gives, the length is below 8, or `info` bit 7 (unused by the layout) is set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pagepipe::Notification;
+    /// let n = Notification { kind: 2, payload: b"xy".to_vec(), ..Default::default() };
+    /// let (back, len) = Notification::parse(&n.to_bytes())?;
+    /// assert_eq!((back, len), (n, 10));
+    /// assert!(Notification::parse(&[0u8; 4]).is_err()); // shorter than a header
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn parse(buf: &[u8]) -> io::Result<(Notification, usize)> {
         if buf.len() < HEADER {
             return Err(invalid(format!(
