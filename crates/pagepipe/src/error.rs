@@ -48,15 +48,16 @@ pub(crate) fn buffer_too_small(have: usize, need: usize) -> io::Error {
     ))
 }
 
-/// Whether thread `tid`, named by a side lock, is alive could not be told (`cause`): the lock
-/// is not taken over (it may be held by a live thread) and the caller gets this error, of the
-/// cause's kind.
+/// Whether the process whose key (`key`) a side lock names still holds the pipe could not be
+/// told (`cause`: `F_GETLK` failed): the lock is not taken over (a live process may hold it)
+/// and the caller gets this error, of the cause's kind.
 #[cold]
-pub(crate) fn unknown_holder(tid: u32, cause: io::Error) -> io::Error {
+pub(crate) fn unknown_holder(key: u32, cause: io::Error) -> io::Error {
     io::Error::new(
         cause.kind(),
         format!(
-            "cannot tell whether thread {tid}, which holds a side of the pipe, is alive: {cause}"
+            "cannot tell whether process key {key}, which holds a side of the pipe, still \
+             holds it: {cause}"
         ),
     )
 }

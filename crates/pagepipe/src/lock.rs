@@ -2,10 +2,19 @@
 //!
 //! A lock is one 64-bit word in a pipe's region: 0 when free, else the holder's identity. The
 //! low 32 bits hold the holding thread's id (bits 0..=30) and [`WAITERS`] (bit 31); the high 32
-//! bits the low half of that thread's start time (clock ticks since boot, `/proc/<tid>/stat`
-//! field 22), so a thread id that the OS reused for a new thread is not mistaken for the dead
-//! holder. Taking the lock is one compare-and-swap of the whole word, so the identity is never
-//! half written.
+//! bits the holding process's *key* on this pipe. Taking the lock is one compare-and-swap of the
+//! whole word, so the identity is never half written.
+//!
+//! Whether a holder lives is never read from the word alone, nor from "a thread with that id
+//! exists" (a peer can name any live thread, init's or ours):
+//! - Another process's key is a byte of the pipe's own memory file that the process keeps a
+//!   POSIX record lock on (`F_SETLK`) while it holds the pipe (see `Shared::key`). The kernel
+//!   drops the lock when the process exits or is killed, and no other process can take it while
+//!   it lives; `F_GETLK` tells whether anyone holds it. So a key names a live process *that holds
+//!   this pipe*, or a dead holder: a stranger cannot be named.
+//! - This process's key with another thread's id: every thread publishes which locks it holds or
+//!   is taking ([`held`]); a thread that says neither does not hold it.
+//! - The caller's own identity: a thread knows what it holds; if not this lock, a peer wrote it.
 //!
 //! A contended taker spins briefly, then sets [`WAITERS`] and sleeps on the word's low half (a
 //! shared futex) for at most [`TICK`]. When a tick passes with the same holder, or it is woken
@@ -59,7 +68,8 @@ fn death_recent() -> bool {
     false
 }
 
-/// A holder identity no thread has: thread id `TID_MASK` (above every `pid_max`), start time 0.
+/// A holder identity nobody has: thread id `TID_MASK` (above every `pid_max`), key 0 (no
+/// process's: keys start at 1).
 const DEAD_HOLDER: u64 = TID_MASK;
 /// How long a taker sleeps before it checks that the holder is alive.
 pub(crate) const TICK: Duration = Duration::from_millis(50);
@@ -110,6 +120,23 @@ enum Look {
     Held,
 }
 
+/// What a lock needs to know of the pipe it lives in: this process's key on it, the lock's
+/// name in this process, and whether another process still holds the pipe. Implemented by
+/// `Shared` (a trait, so this module sits below it).
+pub(crate) trait Holders {
+    /// This process's key on the pipe (see the module docs).
+    fn key(&self) -> io::Result<u32>;
+    /// `lock`'s name in this process, the same from every mapping of the pipe.
+    fn id(&self, lock: &SideLock) -> u64;
+    /// Whether the process whose key is `key` (not this one) still holds the pipe.
+    fn process_alive(&self, key: u32) -> io::Result<bool>;
+}
+
+/// The calling thread's identity on a pipe: its thread id and the process's key.
+fn identity(h: &dyn Holders) -> io::Result<u64> {
+    Ok(u64::from(h.key()?) << 32 | u64::from(tid()?))
+}
+
 /// A side lock word (see the module docs).
 #[repr(C)]
 pub(crate) struct SideLock {
@@ -136,57 +163,67 @@ impl SideLock {
     /// `WouldBlock` ([`Wait::Never`]) or `TimedOut` (deadline passed) while a live thread holds
     /// it; `Deadlock` if the word names the calling thread (it already holds this lock, for
     /// example through a chunk, or a peer wrote our identity into the region).
-    pub(crate) fn lock(&self, wait: Wait) -> io::Result<Taken> {
-        let me = me()?;
-        // Acquire: pairs with the Release swap in `unlock`, so the previous holder's writes to
-        // the side's state are visible to us.
+    pub(crate) fn lock(&self, h: &dyn Holders, wait: Wait) -> io::Result<Taken> {
+        let me = identity(h)?;
+        let id = h.id(self);
+        held::intend(id);
+        // AcqRel: Acquire pairs with the Release swap in `unlock`, so the previous holder's
+        // writes to the side's state are visible to us; Release publishes our intent (above)
+        // to a taker of this process that finds our identity here and asks whether we hold it.
         let taken = match self
             .word
-            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
         {
-            Ok(_) => Taken::Clean,
-            Err(_) => self.lock_slow(me, wait)?,
+            Ok(_) => Ok(Taken::Clean),
+            Err(_) => self.lock_slow(me, id, h, wait),
         };
-        held::add(self.addr());
-        Ok(taken)
-    }
-
-    /// The word's address: how this thread's list of held locks names it.
-    fn addr(&self) -> usize {
-        std::ptr::from_ref(&self.word) as usize
+        match taken {
+            Ok(t) => {
+                held::add(id);
+                Ok(t)
+            }
+            Err(e) => {
+                held::cancel();
+                Err(e)
+            }
+        }
     }
 
     /// Takes the lock only if it is free, with one compare-and-swap: no spinning, no waiting,
     /// no look at a holder. For fast paths that fall back to [`SideLock::lock`] when it fails.
     #[inline]
-    pub(crate) fn try_lock(&self) -> bool {
-        let Ok(me) = me() else {
+    pub(crate) fn try_lock(&self, h: &dyn Holders) -> bool {
+        let Ok(me) = identity(h) else {
             return false; // `lock` reports why
         };
-        // Acquire: as in `lock`.
+        let id = h.id(self);
+        held::intend(id);
+        // AcqRel: as in `lock`.
         let taken = self
             .word
-            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
         if taken {
-            held::add(self.addr());
+            held::add(id);
+        } else {
+            held::cancel();
         }
         taken
     }
 
     #[cold]
-    fn lock_slow(&self, me: u64, wait: Wait) -> io::Result<Taken> {
+    fn lock_slow(&self, me: u64, id: u64, h: &dyn Holders, wait: Wait) -> io::Result<Taken> {
         let deadline = match wait {
             Wait::Never => None,
             Wait::Until(d) => d,
-            Wait::Spin(until) => return self.lock_spin(me, until),
+            Wait::Spin(until) => return self.lock_spin(me, id, h, until),
         };
         let mut spins = 0u32;
         let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
         let mut suspect = None; // a holder seen through a whole tick
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            match self.look(cur, me, waited) {
+            match self.look(cur, me, id, waited) {
                 Look::Done(r) => return r,
                 Look::Again => continue,
                 Look::Held => {}
@@ -201,8 +238,8 @@ impl SideLock {
             // holds are likely what we wait for); otherwise only after a tick or a nudge, so
             // a contended lock with live holders costs no check.
             let check = never || suspect == Some(cur | WAITERS) || (waited == 0 && death_recent());
-            if check && !holder_alive(cur)? {
-                if self.take_over(cur, me) {
+            if check && !holder_alive(cur, me, id, h)? {
+                if self.take_over(cur, me, id) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -245,20 +282,20 @@ impl SideLock {
     /// [`SPIN_YIELD`] turns), and every [`SPIN_CHECK`] turns take the lock over if the holder
     /// the word names is dead.
     #[cold]
-    fn lock_spin(&self, me: u64, until: Instant) -> io::Result<Taken> {
+    fn lock_spin(&self, me: u64, id: u64, h: &dyn Holders, until: Instant) -> io::Result<Taken> {
         let mut turns = 0u32;
         #[cfg(loom)]
         let _ = until;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            match self.look(cur, me, cur & WAITERS) {
+            match self.look(cur, me, id, cur & WAITERS) {
                 Look::Done(r) => return r,
                 Look::Again => continue,
                 Look::Held => {}
             }
             turns = turns.wrapping_add(1);
-            if turns % SPIN_CHECK == 0 && !holder_alive(cur)? {
-                if self.take_over(cur, me) {
+            if turns % SPIN_CHECK == 0 && !holder_alive(cur, me, id, h)? {
+                if self.take_over(cur, me, id) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -277,30 +314,30 @@ impl SideLock {
 
     /// What every taker does with a word `cur` it loaded, before it would wait: takes a free
     /// lock (keeping the `keep` flag bits), or reports one that names the caller.
-    fn look(&self, cur: u64, me: u64, keep: u64) -> Look {
+    fn look(&self, cur: u64, me: u64, id: u64, keep: u64) -> Look {
         if cur & TID_MASK == 0 {
-            // Acquire: as in `lock`.
+            // AcqRel: as in `lock`.
             return match self.word.compare_exchange(
                 cur,
                 me | keep,
-                Ordering::Acquire,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => Look::Done(Ok(Taken::Clean)),
                 Err(_) => Look::Again,
             };
         }
-        if cur & TID_MASK == me & TID_MASK {
-            if cur & !WAITERS == me && held::has(self.addr()) {
+        if cur & !WAITERS == me {
+            if held::has(id) {
                 return Look::Done(Err(io::Error::new(
                     io::ErrorKind::Deadlock,
                     "this thread already holds this side of the pipe (a chunk is alive)",
                 )));
             }
             // The word names this thread, which does not hold the lock: a peer wrote our
-            // identity there, or a dead thread whose id we reuse held it. Either way nobody
-            // holds it: take it over, and have the caller recover the side's state.
-            return match self.take_over(cur, me) {
+            // identity there. Nobody holds it: take it over, and have the caller recover the
+            // side's state.
+            return match self.take_over(cur, me, id) {
                 true => Look::Done(Ok(Taken::FromDead)),
                 false => Look::Again,
             };
@@ -308,33 +345,62 @@ impl SideLock {
         Look::Held
     }
 
-    /// Takes the lock from the dead holder named by `cur`; false if the word changed.
-    fn take_over(&self, cur: u64, me: u64) -> bool {
-        // Acquire: as in `lock`; and the holder's writes before it died are visible through
-        // the shared memory anyway (it can release nothing any more).
-        self.word
+    /// Takes the lock from the dead (or false) holder named by `cur`; false if the word
+    /// changed.
+    ///
+    /// A thread of this process that released the lock and took it again between our check and
+    /// this CAS writes the very same word (same thread, same key): if the word named this
+    /// process, ask again after the CAS, and give the lock back if that thread now says it
+    /// holds (or takes) it. Another process's key cannot come back: the process is gone, and
+    /// a new one gets that key only after a pid wraps around.
+    fn take_over(&self, cur: u64, me: u64, id: u64) -> bool {
+        // AcqRel: as in `lock`; and the holder's writes before it died are visible through the
+        // shared memory anyway (it can release nothing any more).
+        if self
+            .word
             .compare_exchange(
                 cur,
                 me | (cur & WAITERS),
-                Ordering::Acquire,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             )
-            .is_ok()
+            .is_err()
+        {
+            return false;
+        }
+        let ours = cur >> 32 == me >> 32 && cur & !WAITERS != me;
+        if ours && held::involved((cur & TID_MASK) as u32, id) {
+            // Relaxed: we changed nothing; the holder keeps its lock as it took it.
+            let _ = self.word.compare_exchange(
+                me | (cur & WAITERS),
+                cur,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return false;
+        }
+        true
     }
 
     /// Whether a live thread holds the lock (a snapshot). A holder whose liveness cannot be
     /// told counts as live: nothing is taken from it.
-    pub(crate) fn held_by_live(&self) -> bool {
+    pub(crate) fn held_by_live(&self, h: &dyn Holders) -> bool {
         let cur = self.word.load(Ordering::Relaxed);
-        cur & TID_MASK != 0 && holder_alive(cur).unwrap_or(true)
+        if cur & TID_MASK == 0 {
+            return false;
+        }
+        let Ok(me) = identity(h) else {
+            return true;
+        };
+        holder_alive(cur, me, h.id(self), h).unwrap_or(true)
     }
 
     /// Releases the lock, waking one sleeping taker if any registered. One is enough: a taker
     /// that slept takes the lock with [`WAITERS`] set, so its own release wakes the next; a
     /// woken taker that died meanwhile delays the others by at most a [`TICK`] (their sleeps
     /// are bounded). Waking all would make every writer of a busy pipe contend at each release.
-    pub(crate) fn unlock(&self) {
-        held::remove(self.addr());
+    pub(crate) fn unlock(&self, h: &dyn Holders) {
+        held::remove(h.id(self));
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
         let old = self.word.swap(0, Ordering::Release);
         if old & WAITERS != 0 {
@@ -346,8 +412,8 @@ impl SideLock {
     /// next taker takes it over and recovers the side's state ([`Taken::FromDead`]). For a
     /// taker that finds it must not use the side yet (a resize to settle first) after it may
     /// have taken it from a dead holder: an ordinary unlock would hide that recovery is owed.
-    pub(crate) fn abandon(&self) {
-        held::remove(self.addr());
+    pub(crate) fn abandon(&self, h: &dyn Holders) {
+        held::remove(h.id(self));
         // Release: as in `unlock` (we changed nothing, but pair anyway).
         let old = self.word.swap(DEAD_HOLDER, Ordering::Release);
         if old & WAITERS != 0 {
@@ -391,61 +457,208 @@ impl SideLock {
     }
 }
 
-/// The side locks the calling thread holds, by address: what tells a word that names this
-/// thread because it holds the lock (a real [`io::ErrorKind::Deadlock`]) from one that names it
-/// because a peer wrote our identity (nobody holds it: taken over). A few entries suffice (a
-/// thread holds at most both sides and the readiness lock); past them, nothing is recorded and
-/// a word naming us stays a `Deadlock` (the old, conservative answer).
+/// Which side locks each thread of this process holds, or is taking: what tells a word that
+/// names one of our threads because it holds the lock from one a peer wrote (nobody holds it).
+///
+/// Each thread claims a slot in a static table and writes only its own slot: the lock it is
+/// taking (`intent`, published before its CAS by the CAS's Release) and the locks it holds. A
+/// taker that finds another of our threads named in a word reads that thread's slot
+/// ([`held::involved`], slow path only). A thread that found no free slot makes every such
+/// question answer "involved" (cannot tell: wait, never take over).
 #[cfg(not(loom))]
 mod held {
-    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-    const SLOTS: usize = 8;
+    /// Locks one thread can hold at once (both sides and the readiness lock at most).
+    const HELD: usize = 8;
+    /// Threads with a slot at once.
+    const THREADS: usize = 1024;
+
+    struct Slot {
+        /// The owning thread's id; 0: free.
+        tid: AtomicU32,
+        /// Holds that found no free entry.
+        overflow: AtomicU32,
+        /// The lock being taken, 0 if none.
+        intent: AtomicU64,
+        held: [AtomicU64; HELD],
+    }
+
+    impl Slot {
+        const fn new() -> Slot {
+            Slot {
+                tid: AtomicU32::new(0),
+                overflow: AtomicU32::new(0),
+                intent: AtomicU64::new(0),
+                held: [const { AtomicU64::new(0) }; HELD],
+            }
+        }
+
+        fn clear(&self) {
+            self.intent.store(0, Ordering::Relaxed);
+            self.overflow.store(0, Ordering::Relaxed);
+            for h in &self.held {
+                h.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    static SLOTS: [Slot; THREADS] = [const { Slot::new() }; THREADS];
+    /// Live threads that found no free slot.
+    static UNSLOTTED: AtomicUsize = AtomicUsize::new(0);
+
+    /// A thread's claim on its slot; frees it when the thread exits.
+    struct Claim(Option<&'static Slot>);
+
+    impl Drop for Claim {
+        fn drop(&mut self) {
+            match self.0 {
+                Some(slot) => {
+                    slot.clear();
+                    // Release: the cleared slot is complete before another thread claims it.
+                    slot.tid.store(0, Ordering::Release);
+                }
+                None => {
+                    UNSLOTTED.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
 
     thread_local! {
-        static HELD: Cell<[usize; SLOTS]> = const { Cell::new([0; SLOTS]) };
-        /// Acquisitions that found no free entry and are still held.
-        static OVERFLOW: Cell<usize> = const { Cell::new(0) };
+        static MINE: std::cell::RefCell<Option<Claim>> = const { std::cell::RefCell::new(None) };
     }
 
-    pub(super) fn add(addr: usize) {
-        HELD.with(|h| {
-            let mut v = h.get();
-            match v.iter().position(|&a| a == 0) {
-                Some(i) => {
-                    v[i] = addr;
-                    h.set(v);
-                }
-                None => OVERFLOW.with(|o| o.set(o.get() + 1)),
+    fn claim() -> Claim {
+        let tid = crate::sys::thread::gettid();
+        for slot in &SLOTS {
+            // Acquire: pairs with the Release free in `Claim::drop`.
+            if slot.tid.load(Ordering::Relaxed) == 0
+                && slot
+                    .tid
+                    .compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                slot.clear();
+                return Claim(Some(slot));
+            }
+        }
+        UNSLOTTED.fetch_add(1, Ordering::Relaxed);
+        Claim(None)
+    }
+
+    /// Runs `f` on this thread's slot (`None`: it has none).
+    fn with_mine<R>(f: impl FnOnce(Option<&'static Slot>) -> R) -> R {
+        MINE.with(|m| {
+            let mut m = m.borrow_mut();
+            let slot = m.get_or_insert_with(claim).0;
+            f(slot)
+        })
+    }
+
+    /// Before the CAS that may take lock `id`.
+    pub(super) fn intend(id: u64) {
+        with_mine(|s| {
+            if let Some(s) = s {
+                s.intent.store(id, Ordering::Relaxed);
             }
         });
     }
 
-    pub(super) fn remove(addr: usize) {
-        HELD.with(|h| {
-            let mut v = h.get();
-            match v.iter().position(|&a| a == addr) {
-                Some(i) => {
-                    v[i] = 0;
-                    h.set(v);
-                }
-                None => OVERFLOW.with(|o| o.set(o.get().saturating_sub(1))),
+    /// The taking failed.
+    pub(super) fn cancel() {
+        with_mine(|s| {
+            if let Some(s) = s {
+                s.intent.store(0, Ordering::Relaxed);
             }
         });
     }
 
-    /// Whether this thread holds the lock at `addr` (true when it cannot tell).
-    pub(super) fn has(addr: usize) -> bool {
-        HELD.with(|h| h.get().contains(&addr)) || OVERFLOW.with(|o| o.get() > 0)
+    /// Lock `id` is taken.
+    pub(super) fn add(id: u64) {
+        with_mine(|s| {
+            let Some(s) = s else { return };
+            match s.held.iter().find(|h| h.load(Ordering::Relaxed) == 0) {
+                Some(h) => h.store(id, Ordering::Relaxed),
+                None => {
+                    s.overflow.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // Release: a reader of our slot that sees the intent gone sees the hold.
+            s.intent.store(0, Ordering::Release);
+        });
+    }
+
+    /// Lock `id` is about to be released.
+    pub(super) fn remove(id: u64) {
+        with_mine(|s| {
+            let Some(s) = s else { return };
+            match s.held.iter().find(|h| h.load(Ordering::Relaxed) == id) {
+                Some(h) => h.store(0, Ordering::Relaxed),
+                None => {
+                    let _ = s
+                        .overflow
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| o.checked_sub(1));
+                }
+            }
+        });
+    }
+
+    /// Whether this thread holds lock `id` (true when it cannot tell).
+    pub(super) fn has(id: u64) -> bool {
+        with_mine(|s| match s {
+            Some(s) => {
+                s.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
+                    || s.overflow.load(Ordering::Relaxed) > 0
+            }
+            None => true,
+        })
+    }
+
+    /// Whether thread `tid` of this process holds or is taking lock `id` (true when it cannot
+    /// tell). The caller loaded a word naming `tid` and fenced (Acquire) since.
+    pub(super) fn involved(tid: u32, id: u64) -> bool {
+        for slot in &SLOTS {
+            if slot.tid.load(Ordering::Relaxed) != tid {
+                continue;
+            }
+            // Acquire: pairs with the Release in `add` (intent gone: the hold is visible).
+            return slot.intent.load(Ordering::Acquire) == id
+                || slot.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
+                || slot.overflow.load(Ordering::Relaxed) > 0;
+        }
+        UNSLOTTED.load(Ordering::Relaxed) > 0
+    }
+
+    /// In a forked child, on its only thread: the other threads' slots name threads of the
+    /// parent; every slot is freed and this thread claims anew.
+    pub(super) fn note_fork() {
+        for slot in &SLOTS {
+            slot.clear();
+            slot.tid.store(0, Ordering::Relaxed);
+        }
+        UNSLOTTED.store(0, Ordering::Relaxed);
+        MINE.with(|m| {
+            if let Some(mut c) = m.borrow_mut().take() {
+                c.0 = None;
+                std::mem::forget(c); // its slot is freed above; its drop would count wrong
+            }
+        });
     }
 }
 
-/// Under loom, no peer writes identities: a word naming the caller is always its own hold.
+/// Under loom, no peer writes identities: a word naming the caller is always its own hold, and
+/// a word naming another thread is a live holder.
 #[cfg(loom)]
 mod held {
-    pub(super) fn add(_addr: usize) {}
-    pub(super) fn remove(_addr: usize) {}
-    pub(super) fn has(_addr: usize) -> bool {
+    pub(super) fn intend(_id: u64) {}
+    pub(super) fn cancel() {}
+    pub(super) fn add(_id: u64) {}
+    pub(super) fn remove(_id: u64) {}
+    pub(super) fn has(_id: u64) -> bool {
+        true
+    }
+    pub(super) fn involved(_tid: u32, _id: u64) -> bool {
         true
     }
 }
@@ -471,69 +684,81 @@ pub(crate) const SPIN_PATIENCE: Duration = Duration::from_millis(100);
 /// rare enough to cost nothing while a live holder copies its record).
 const SPIN_CHECK: u32 = 1 << 12;
 
-/// Whether the thread a lock word names still exists (and is the same thread: same start time).
+/// Whether the holder a lock word `cur` names still holds the pipe (see the module docs):
+/// another process's key that the kernel still sees locked, or a thread of this process that
+/// says it holds or takes this lock (`id`). The caller's own identity is handled before
+/// (`SideLock::look`).
 ///
 /// # Errors
-/// When that cannot be told (procfs missing or unreadable, no descriptor or memory left): the
-/// caller must not take the lock over, a live thread may hold it (fail closed).
-#[cfg(not(loom))]
-fn holder_alive(word: u64) -> io::Result<bool> {
-    let tid = (word & TID_MASK) as u32;
-    match crate::sys::thread::thread_start_time(tid) {
-        Ok(start) => Ok(start == Some((word >> 32) as u32)),
-        Err(e) => Err(unknown_holder(tid, e)),
+/// When the kernel cannot tell (`F_GETLK` failed): the caller must not take the lock over, a
+/// live process may hold it (fail closed).
+fn holder_alive(cur: u64, me: u64, id: u64, h: &dyn Holders) -> io::Result<bool> {
+    let tid = (cur & TID_MASK) as u32;
+    let key = (cur >> 32) as u32;
+    if tid == 0 || key == 0 || u64::from(tid) == TID_MASK {
+        return Ok(false);
     }
-}
-
-/// Under loom no thread dies: every holder is alive.
-#[cfg(loom)]
-fn holder_alive(_word: u64) -> io::Result<bool> {
-    Ok(true)
+    if key == (me >> 32) as u32 {
+        // Acquire: pairs with the Release half of the AcqRel CAS that wrote that thread's
+        // identity, so its intent (published before) is visible to `involved`.
+        crate::sync::fence(Ordering::Acquire);
+        return Ok(held::involved(tid, id));
+    }
+    #[cfg(not(loom))]
+    return h.process_alive(key).map_err(|e| unknown_holder(key, e));
+    #[cfg(loom)]
+    return h.process_alive(key);
 }
 
 #[cfg(not(loom))]
 thread_local! {
-    /// The thread's lock identity, 0 until computed.
-    static ME: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The thread's id, 0 until asked.
+    static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The calling thread's lock identity: thread id and start time, computed once per thread.
-///
-/// # Errors
-/// When the start time cannot be read (procfs missing or unreadable, no descriptor left): an
-/// identity without it would read as a dead holder to every other taker.
+/// The calling thread's id, asked of the OS once per thread.
 #[cfg(not(loom))]
-pub(crate) fn me() -> io::Result<u64> {
-    ME.with(|c| {
+fn tid() -> io::Result<u32> {
+    TID.with(|c| {
         if c.get() == 0 {
-            let tid = crate::sys::thread::gettid();
-            let start = crate::sys::thread::thread_start_time(tid)
-                .and_then(|s| s.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
-                .map_err(|e| unknown_holder(tid, e))?;
-            c.set((u64::from(start) << 32) | (u64::from(tid) & TID_MASK));
+            c.set(crate::sys::thread::gettid());
         }
         Ok(c.get())
     })
 }
 
-/// Run in a forked child (pthread_atfork), on its only thread: the identity that thread
-/// cached in the parent names the parent's thread.
+/// Run in a forked child (pthread_atfork), on its only thread: the id that thread cached in
+/// the parent names the parent's thread, and the other threads' published holds are the
+/// parent's.
 #[cfg(not(loom))]
 pub(crate) fn note_fork() {
-    ME.with(|c| c.set(0));
+    TID.with(|c| c.set(0));
+    held::note_fork();
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Forks this process has been the child of (see `Shared::key`: keys do not survive a fork).
+#[cfg(not(loom))]
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The current fork generation (see [`note_fork`]).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn fork_generation() -> u64 {
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(loom)]
-pub(crate) fn me() -> io::Result<u64> {
+fn tid() -> io::Result<u32> {
     use std::sync::atomic::AtomicU64 as StdU64;
     static NEXT: StdU64 = StdU64::new(1);
     loom::thread_local! {
-        static ME: std::cell::Cell<u64> = std::cell::Cell::new(0);
+        static ME: std::cell::Cell<u32> = std::cell::Cell::new(0);
     }
     ME.with(|c| {
         if c.get() == 0 {
             let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % TID_MASK + 1;
-            c.set(id);
+            c.set(id as u32);
         }
         Ok(c.get())
     })
@@ -542,63 +767,133 @@ pub(crate) fn me() -> io::Result<u64> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    #[test]
-    fn identity_names_a_live_thread() {
-        let me = me().unwrap();
-        assert_ne!(me & TID_MASK, 0);
-        assert!(holder_alive(me).unwrap());
-        // A different start time is a different (dead) thread with a reused id.
-        assert!(!holder_alive(me ^ (1 << 40)).unwrap());
-        // A thread that has exited is dead. `join` returns once the thread cleared its id, which
-        // the kernel does before it finishes exiting: for a moment the task is still there (CI
-        // saw it once), so allow it a second to go.
-        let other = std::thread::spawn(super::me).join().unwrap().unwrap();
-        assert_ne!(other & TID_MASK, me & TID_MASK);
-        let t = Instant::now();
-        while holder_alive(other).unwrap() {
-            assert!(
-                t.elapsed() < Duration::from_secs(1),
-                "an exited thread still alive"
-            );
-            std::thread::sleep(Duration::from_millis(1));
+    /// A pipe's answers, made up: this process's key, and which other keys hold the pipe.
+    struct Fake {
+        key: u32,
+        alive: Vec<u32>,
+    }
+
+    impl Holders for Fake {
+        fn key(&self) -> io::Result<u32> {
+            Ok(self.key)
+        }
+        fn id(&self, lock: &SideLock) -> u64 {
+            std::ptr::from_ref(lock) as u64
+        }
+        fn process_alive(&self, key: u32) -> io::Result<bool> {
+            Ok(self.alive.contains(&key))
         }
     }
 
-    #[test]
-    fn lock_taken_over_from_a_dead_holder() {
-        let lock = SideLock {
+    fn free() -> SideLock {
+        SideLock {
             word: AtomicU64::new(0),
-        };
-        let dead = std::thread::spawn(|| {
-            let l = SideLock {
-                word: AtomicU64::new(0),
-            };
-            l.lock(Wait::Never).unwrap();
-            l.word.load(Ordering::Relaxed)
-        })
-        .join()
-        .unwrap();
-        lock.word.store(dead, Ordering::Relaxed);
+        }
+    }
+
+    const ME: u32 = 5;
+    const LIVE: u32 = 6;
+    const DEAD: u32 = 7;
+
+    fn fake() -> Fake {
+        Fake {
+            key: ME,
+            alive: vec![LIVE],
+        }
+    }
+
+    fn word(key: u32, tid: u32) -> u64 {
+        u64::from(key) << 32 | u64::from(tid)
+    }
+
+    #[test]
+    fn a_dead_process_loses_its_lock_and_a_live_one_keeps_it() {
+        let h = fake();
+        let lock = free();
+        lock.word.store(word(DEAD, 1234), Ordering::Relaxed);
         let t = Instant::now();
-        assert_eq!(lock.lock(Wait::Until(None)).unwrap(), Taken::FromDead);
+        assert_eq!(lock.lock(&h, Wait::Until(None)).unwrap(), Taken::FromDead);
         assert!(t.elapsed() < 5 * TICK);
+        // Now ours: taking it again is a real deadlock.
         assert_eq!(
-            lock.lock(Wait::Until(None)).unwrap_err().kind(),
+            lock.lock(&h, Wait::Until(None)).unwrap_err().kind(),
             io::ErrorKind::Deadlock
         );
-        lock.unlock();
-        // Non-blocking takers take over from a dead holder at once, and give up on a live one.
-        lock.word.store(dead, Ordering::Relaxed);
-        assert_eq!(lock.lock(Wait::Never).unwrap(), Taken::FromDead);
-        let held = std::sync::Arc::new(lock);
-        let h2 = held.clone();
-        let err = std::thread::spawn(move || h2.lock(Wait::Never).unwrap_err().kind())
-            .join()
-            .unwrap();
-        assert_eq!(err, io::ErrorKind::WouldBlock);
-        held.unlock();
-        assert_eq!(held.lock(Wait::Never).unwrap(), Taken::Clean);
-        held.unlock();
+        lock.unlock(&h);
+        // Non-blocking takers take over from a dead process at once, and give up on a live one.
+        lock.word.store(word(DEAD, 1), Ordering::Relaxed);
+        assert_eq!(lock.lock(&h, Wait::Never).unwrap(), Taken::FromDead);
+        lock.unlock(&h);
+        lock.word.store(word(LIVE, 1), Ordering::Relaxed);
+        assert_eq!(
+            lock.lock(&h, Wait::Never).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        let t = Instant::now();
+        assert_eq!(
+            lock.lock(&h, Wait::Until(Some(t + TICK)))
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::TimedOut
+        );
+    }
+
+    #[test]
+    fn our_own_threads_are_asked_not_trusted() {
+        let h = Arc::new(fake());
+        let lock = Arc::new(free());
+        // A live thread of ours that holds the lock keeps it.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let (h2, l2) = (h.clone(), lock.clone());
+        let holder = std::thread::spawn(move || {
+            l2.lock(&*h2, Wait::Never).unwrap();
+            held_tx.send(tid().unwrap()).unwrap();
+            done_rx.recv().unwrap();
+            l2.unlock(&*h2);
+            tid().unwrap()
+        });
+        let holder_tid = held_rx.recv().unwrap();
+        assert_eq!(
+            lock.lock(&*h, Wait::Never).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        done_tx.send(()).unwrap();
+        assert_eq!(holder.join().unwrap(), holder_tid);
+        // A word naming a thread of ours that holds nothing (it has exited here, or is alive
+        // and says so) was written by a peer: taken over.
+        lock.word.store(word(ME, holder_tid), Ordering::Relaxed);
+        assert_eq!(lock.lock(&*h, Wait::Never).unwrap(), Taken::FromDead);
+        lock.unlock(&*h);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let idle = std::thread::spawn(move || {
+            ready_tx.send(tid().unwrap()).unwrap();
+            stop_rx.recv().unwrap();
+        });
+        lock.word
+            .store(word(ME, ready_rx.recv().unwrap()), Ordering::Relaxed);
+        assert_eq!(lock.lock(&*h, Wait::Never).unwrap(), Taken::FromDead);
+        lock.unlock(&*h);
+        stop_tx.send(()).unwrap();
+        idle.join().unwrap();
+        // Our own identity, which we do not hold: a peer wrote it.
+        lock.word.store(identity(&*h).unwrap(), Ordering::Relaxed);
+        assert_eq!(lock.lock(&*h, Wait::Never).unwrap(), Taken::FromDead);
+        lock.unlock(&*h);
+    }
+
+    #[test]
+    fn an_abandoned_lock_is_taken_over() {
+        let h = fake();
+        let lock = free();
+        assert_eq!(lock.lock(&h, Wait::Never).unwrap(), Taken::Clean);
+        lock.abandon(&h);
+        assert_eq!(lock.lock(&h, Wait::Never).unwrap(), Taken::FromDead);
+        lock.unlock(&h);
+        assert_eq!(lock.lock(&h, Wait::Never).unwrap(), Taken::Clean);
+        lock.unlock(&h);
     }
 }

@@ -259,7 +259,7 @@ impl End {
     #[cfg(not(loom))]
     fn enable_polling(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::spin()) else {
+        let Ok(taken) = h.sig_lock.lock(&*self.shared, lock::Wait::spin()) else {
             return; // the region names this thread as holder: corrupt; nothing to make exact
         };
         self.recover_signals(taken);
@@ -269,7 +269,7 @@ impl End {
         // reading of the indices below sees its update.
         h.polled[which].store(1, Ordering::SeqCst);
         self.sync_locked();
-        h.sig_lock.unlock();
+        h.sig_lock.unlock(&*self.shared);
     }
 
     /// After a state change by this side (a publication, a consumption, a resize): if some
@@ -298,12 +298,12 @@ impl End {
     #[inline(never)]
     fn sync_polled(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(lock::Wait::spin()) else {
+        let Ok(taken) = h.sig_lock.lock(&*self.shared, lock::Wait::spin()) else {
             return;
         };
         self.recover_signals(taken);
         self.sync_locked();
-        h.sig_lock.unlock();
+        h.sig_lock.unlock(&*self.shared);
     }
 
     #[cfg(loom)]

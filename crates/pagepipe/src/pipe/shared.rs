@@ -43,6 +43,58 @@ pub(crate) struct Shared {
     /// Ends open in this (only) process: loom's stand-in for the signal pipes.
     #[cfg(loom)]
     pub(crate) open: [crate::sync::AtomicUsize; 2],
+    /// This process's key on the pipe (see [`crate::lock`]) with the fork generation it was
+    /// taken in, `(generation + 1) << 32 | key`; 0 until taken.
+    #[cfg(not(loom))]
+    key: std::sync::atomic::AtomicU64,
+    /// The memory file's inode: names a lock the same from every mapping of the pipe in this
+    /// process.
+    #[cfg(not(loom))]
+    ino: u64,
+}
+
+/// Where the process keys' bytes start in the memory file: far past its end (POSIX record
+/// locks may cover bytes beyond a file's end, and these never touch its data).
+#[cfg(not(loom))]
+const KEY_BASE: u64 = 1 << 40;
+/// A process tries keys `pid + i * KEY_STRIDE` (above every `pid_max`) until one is free: two
+/// processes of different pid namespaces may share a pid.
+#[cfg(not(loom))]
+const KEY_STRIDE: u32 = 1 << 22;
+
+#[cfg(not(loom))]
+impl lock::Holders for Shared {
+    #[inline]
+    fn key(&self) -> io::Result<u32> {
+        let cached = self.key.load(std::sync::atomic::Ordering::Relaxed);
+        if cached >> 32 == lock::fork_generation() + 1 {
+            return Ok(cached as u32);
+        }
+        self.take_key()
+    }
+
+    #[inline]
+    fn id(&self, l: &lock::SideLock) -> u64 {
+        let offset = std::ptr::from_ref(l) as u64 - std::ptr::from_ref(self.header()) as u64;
+        self.ino << 12 | offset
+    }
+
+    fn process_alive(&self, key: u32) -> io::Result<bool> {
+        crate::sys::fd::byte_locked(self.region.memfd(), KEY_BASE + u64::from(key))
+    }
+}
+
+#[cfg(loom)]
+impl lock::Holders for Shared {
+    fn key(&self) -> io::Result<u32> {
+        Ok(1)
+    }
+    fn id(&self, l: &lock::SideLock) -> u64 {
+        std::ptr::from_ref(l) as u64
+    }
+    fn process_alive(&self, _key: u32) -> io::Result<bool> {
+        Ok(true)
+    }
 }
 
 /// A view of the ring with a validated size, for as long as a side is held.
@@ -109,7 +161,7 @@ impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         let h = self.sh.header();
         store_side_state(&h.write_side.state, self.head, self.cached_tail);
-        h.write_side.lock.unlock();
+        h.write_side.lock.unlock(self.sh);
     }
 }
 
@@ -117,7 +169,7 @@ impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         let h = self.sh.header();
         store_side_state(&h.read_side.state, self.tail, self.cached_head);
-        h.read_side.lock.unlock();
+        h.read_side.lock.unlock(self.sh);
     }
 }
 
@@ -136,6 +188,7 @@ fn store_side_state(state: &[ColdU64; 2], own: u64, other: u64) {
 /// On an error the side is released: a corrupt region must not keep it held (its holder would
 /// get `Deadlock` on every later call, and everyone else would wait for a live holder).
 fn load_side_state(
+    holders: &dyn lock::Holders,
     side: &region::SideLine,
     taken: Taken,
     own: &AtomicU64,
@@ -162,11 +215,11 @@ fn load_side_state(
     // sleeper see data (or room) that the side cannot find. Not in loom models: it validates
     // memory, not the protocol.
     #[cfg(loom)]
-    let _ = check_own;
+    let _ = (check_own, holders);
     #[cfg(not(loom))]
     if check_own && taken == Taken::Clean {
         if let Err(e) = check_saved_index(mine, own.load(Ordering::Relaxed)) {
-            side.lock.unlock();
+            side.lock.unlock(holders);
             return Err(e);
         }
     }
@@ -213,8 +266,11 @@ impl ReadGuard<'_> {
 
 impl Shared {
     pub(crate) fn new(region: Region) -> Shared {
+        #[cfg(not(loom))]
+        fn region_fd(r: &Region) -> std::os::fd::BorrowedFd<'_> {
+            r.memfd()
+        }
         Shared {
-            region,
             #[cfg(not(loom))]
             idle_mark: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
@@ -229,7 +285,35 @@ impl Shared {
                 crate::sync::AtomicUsize::new(0),
                 crate::sync::AtomicUsize::new(0),
             ],
+            #[cfg(not(loom))]
+            key: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(not(loom))]
+            ino: crate::sys::memfd::file_id(region_fd(&region)).map_or(0, |(_, ino)| ino),
+            region,
         }
+    }
+
+    /// Takes this process's key on the pipe: a byte of the memory file locked for this process
+    /// (see [`crate::lock`]), `pid` unless another process (of another pid namespace) has it.
+    /// A forked child takes its own: POSIX record locks are not inherited.
+    #[cfg(not(loom))]
+    #[cold]
+    fn take_key(&self) -> io::Result<u32> {
+        let generation = lock::fork_generation();
+        let pid = std::process::id();
+        for i in 0..16u32 {
+            let key = pid.wrapping_add(i.wrapping_mul(KEY_STRIDE)).max(1);
+            if crate::sys::fd::lock_byte(self.region.memfd(), KEY_BASE + u64::from(key))? {
+                self.key.store(
+                    (generation + 1) << 32 | u64::from(key),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                return Ok(key);
+            }
+        }
+        Err(io::Error::other(
+            "no free process key on the pipe's memory file (16 tried)",
+        ))
     }
 
     /// Whether every end of this pipe is in this process: it was made here, and neither did
@@ -294,11 +378,11 @@ impl Shared {
     fn take(&self, side: Side, wait: lock::Wait) -> io::Result<Taken> {
         let lock = &self.side_line(side).lock;
         loop {
-            let taken = lock.lock(wait)?;
+            let taken = lock.lock(self, wait)?;
             if !self.resize_pending() {
                 return Ok(taken);
             }
-            lock.abandon();
+            lock.abandon(self);
             self.settle_resize(wait)?;
         }
     }
@@ -329,8 +413,8 @@ impl Shared {
         wait: lock::Wait,
     ) -> io::Result<(WriteGuard<'_>, ReadGuard<'_>)> {
         let h = self.header();
-        let ws = self.write_guard(h.write_side.lock.lock(wait)?, true)?;
-        let rs = self.read_guard(h.read_side.lock.lock(wait)?, false)?;
+        let ws = self.write_guard(h.write_side.lock.lock(self, wait)?, true)?;
+        let rs = self.read_guard(h.read_side.lock.lock(self, wait)?, false)?;
         Ok((ws, rs))
     }
 
@@ -357,11 +441,11 @@ impl Shared {
     #[inline]
     pub(crate) fn try_lock_write_unchecked(&self) -> Option<WriteGuard<'_>> {
         let lock = &self.header().write_side.lock;
-        if !lock.try_lock() {
+        if !lock.try_lock(self) {
             return None;
         }
         if self.resize_pending() {
-            lock.abandon(); // the general path settles it
+            lock.abandon(self); // the general path settles it
             return None;
         }
         self.write_guard(Taken::Clean, false).ok()
@@ -372,8 +456,14 @@ impl Shared {
     fn write_guard(&self, taken: Taken, check_head: bool) -> io::Result<WriteGuard<'_>> {
         let h = self.header();
         // A dead holder's unpublished slots are beyond head: nothing else to recover.
-        let (head, cached_tail) =
-            load_side_state(&h.write_side, taken, &h.head.word, &h.tail.word, check_head)?;
+        let (head, cached_tail) = load_side_state(
+            self,
+            &h.write_side,
+            taken,
+            &h.head.word,
+            &h.tail.word,
+            check_head,
+        )?;
         let mut g = WriteGuard {
             sh: self,
             head,
@@ -400,11 +490,11 @@ impl Shared {
     #[inline]
     pub(crate) fn try_lock_read(&self) -> Option<ReadGuard<'_>> {
         let lock = &self.header().read_side.lock;
-        if !lock.try_lock() {
+        if !lock.try_lock(self) {
             return None;
         }
         if self.resize_pending() {
-            lock.abandon(); // the general path settles it
+            lock.abandon(self); // the general path settles it
             return None;
         }
         self.read_guard(Taken::Clean, true).ok()
@@ -416,7 +506,7 @@ impl Shared {
     fn read_guard(&self, taken: Taken, recover: bool) -> io::Result<ReadGuard<'_>> {
         let h = self.header();
         let (tail, cached_head) =
-            load_side_state(&h.read_side, taken, &h.tail.word, &h.head.word, true)?;
+            load_side_state(self, &h.read_side, taken, &h.tail.word, &h.head.word, true)?;
         let mut g = ReadGuard {
             sh: self,
             tail,

@@ -139,7 +139,7 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
         }
         // No live reader in the middle of a release: a dead one's successor, or a peer that
         // wrote the flag, owes the LOSS record (see `Shared::lock_read`).
-        let no_live_reader = check && !h.read_side.lock.held_by_live();
+        let no_live_reader = check && !h.read_side.lock.held_by_live(sh);
         if st & RELEASED == 0 || no_live_reader {
             // Relaxed: decides only between us and the reader's release CAS on this word.
             if last
