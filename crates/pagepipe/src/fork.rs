@@ -9,7 +9,8 @@
 //! - after, in the parent: the caches' locks and the registry are unlocked;
 //!   Last, the death watcher's lock (`watch.rs`).
 //! - after, in the child: the side locks forget the thread identity the parent had
-//!   ([`crate::lock::note_fork`]), the death watcher forgets the parent's epoll instance and
+//!   ([`crate::lock::note_fork`]), every pipe closes the child's copy of the parent's key
+//!   description (`Shared::forget_key`: the parent's key must die with the parent), the death watcher forgets the parent's epoll instance and
 //!   thread (the child starts its own), and the caches' locks and the registry are unlocked.
 //!
 //! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
@@ -69,6 +70,11 @@ extern "C" fn after_fork_parent() {
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
+    FORK_GUARD.with(|g| {
+        if let Some(reg) = g.borrow().as_ref() {
+            reg.owners_in_forked_child();
+        }
+    });
     if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {
         crate::watch::after_fork_child(watch);
     }

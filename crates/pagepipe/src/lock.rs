@@ -7,10 +7,11 @@
 //!
 //! Whether a holder lives is never read from the word alone, nor from "a thread with that id
 //! exists" (a peer can name any live thread, init's or ours):
-//! - Another process's key is a byte of the pipe's own memory file that the process keeps a
-//!   POSIX record lock on (`F_SETLK`) while it holds the pipe (see `Shared::key`). The kernel
-//!   drops the lock when the process exits or is killed, and no other process can take it while
-//!   it lives; `F_GETLK` tells whether anyone holds it. So a key names a live process *that holds
+//! - Another process's key is a byte of the pipe's own memory file that the process keeps an
+//!   open-file-description lock on (`F_OFD_SETLK`, through a description of its own) while it
+//!   holds the pipe (see `Shared::key`). The kernel drops the lock when the process exits or is
+//!   killed, and no other process can take it while it lives; `F_OFD_GETLK` tells whether
+//!   anyone holds it. So a key names a live process *that holds
 //!   this pipe*, or a dead holder: a stranger cannot be named.
 //! - This process's key with another thread's id: every thread publishes which locks it holds or
 //!   is taking ([`held`]); a thread that says neither does not hold it.

@@ -48,6 +48,10 @@ pub(crate) trait Trim: Send + Sync {
     fn hold_for_fork(self: Arc<Self>) -> Option<Box<dyn std::any::Any>> {
         None
     }
+
+    /// Runs in a forked child, in the fork handler (one thread, the registry locked): drops
+    /// what the child must not share with its parent (see `Shared::forget_key`).
+    fn in_forked_child(&self) {}
 }
 
 /// Every live pipe and fragment cache of the process, so the idle trimmer and [`crate::shrink`]
@@ -91,6 +95,13 @@ impl Registry {
             .filter_map(Weak::upgrade)
             .filter_map(Trim::hold_for_fork)
             .collect()
+    }
+
+    /// [`Trim::in_forked_child`] of every live owner, with the registry locked (`self`).
+    pub(crate) fn owners_in_forked_child(&self) {
+        for owner in self.owners.iter().filter_map(Weak::upgrade) {
+            owner.in_forked_child();
+        }
     }
 }
 

@@ -222,6 +222,67 @@ fn a_resizer_killed_at_random_moments_loses_nothing() {
     }
 }
 
+/// A process that took its key on a pipe and then forked: the child closes its copy of the
+/// parent's key description, so when the parent dies holding the write side, the child sees
+/// the holder dead and takes the side over (a child that kept the copy would keep the dead
+/// parent's key alive, and wait for ever).
+#[test]
+fn a_child_takes_over_from_its_killed_parent() {
+    let _serial = serial();
+    let (w, mut r) = pipe().unwrap();
+    let (mut holding_r, mut holding_w) = signal_pipe();
+    let (mut go_r, mut go_w) = signal_pipe();
+    let (mut child_r, mut child_w) = signal_pipe();
+    let parent = fork(move || {
+        (&w).write_all(b"a").unwrap(); // takes this process's key
+        let grandchild = fork(|| {
+            go_r.read_exact(&mut [0]).unwrap();
+            w.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+            i32::from((&w).write_all(b"c").is_err())
+        });
+        child_w.write_all(&grandchild.to_le_bytes()).unwrap();
+        let chunk = w.write_chunk().unwrap(); // holds the write side until killed
+        holding_w.write_all(b"!").unwrap();
+        std::thread::sleep(HANG * 2);
+        drop(chunk);
+        0
+    });
+    let mut pid = [0u8; 4];
+    child_r.read_exact(&mut pid).unwrap();
+    let grandchild = libc::pid_t::from_le_bytes(pid);
+    holding_r.read_exact(&mut [0]).unwrap();
+    kill(parent);
+    assert_eq!(reap(parent), 128 + libc::SIGKILL);
+    go_w.write_all(b"!").unwrap();
+    // The grandchild is not our child: wait for its end of the pipe instead.
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"ac", "grandchild {grandchild}");
+}
+
+/// A second mapping of a pipe in the same process (an end received from ourselves, as the C
+/// binding does to reach an end's descriptors), dropped while a thread of ours holds the write
+/// side: closing its descriptors leaves the process's key alone, so another process still sees
+/// the side held by a live process and waits.
+#[test]
+fn closing_a_second_mapping_keeps_the_process_key() {
+    let _serial = serial();
+    let (w, r) = pipe().unwrap();
+    (&w).write_all(b"a").unwrap();
+    let chunk = w.write_chunk().unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    w.send_to(&a).unwrap();
+    drop(Writer::recv_from(&b).unwrap());
+    let child = fork(|| match w.try_write(b"b") {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
+        Ok(_) => 3, // took the side from a live holder
+        Err(_) => 4,
+    });
+    assert_eq!(reap(child), 0);
+    drop(chunk);
+    drop(r);
+}
+
 #[test]
 fn a_write_lock_held_by_a_killed_process_is_taken_over() {
     let _serial = serial();

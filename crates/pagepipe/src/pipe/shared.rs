@@ -47,20 +47,32 @@ pub(crate) struct Shared {
     /// taken in, `(generation + 1) << 32 | key`; 0 until taken.
     #[cfg(not(loom))]
     key: std::sync::atomic::AtomicU64,
+    /// The open file description of the memory file that holds the key's lock, this mapping's
+    /// own (not shared with any other process or mapping), -1 until the key is taken. Closed in
+    /// a forked child, which inherited it (see [`Shared::forget_key`]).
+    #[cfg(not(loom))]
+    key_fd: std::sync::atomic::AtomicI32,
     /// The memory file's inode: names a lock the same from every mapping of the pipe in this
     /// process.
     #[cfg(not(loom))]
     ino: u64,
 }
 
-/// Where the process keys' bytes start in the memory file: far past its end (POSIX record
-/// locks may cover bytes beyond a file's end, and these never touch its data).
+/// Where the process keys' bytes start in the memory file: far past its end (record locks may
+/// cover bytes beyond a file's end, and these never touch its data).
 #[cfg(not(loom))]
 const KEY_BASE: u64 = 1 << 40;
 /// A process tries keys `pid + i * KEY_STRIDE` (above every `pid_max`) until one is free: two
 /// processes of different pid namespaces may share a pid.
 #[cfg(not(loom))]
 const KEY_STRIDE: u32 = 1 << 22;
+
+#[cfg(not(loom))]
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.forget_key(); // this mapping's key description: its lock goes with it
+    }
+}
 
 #[cfg(not(loom))]
 impl lock::Holders for Shared {
@@ -288,32 +300,68 @@ impl Shared {
             #[cfg(not(loom))]
             key: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
+            key_fd: std::sync::atomic::AtomicI32::new(-1),
+            #[cfg(not(loom))]
             ino: crate::sys::memfd::file_id(region_fd(&region)).map_or(0, |(_, ino)| ino),
             region,
         }
     }
 
-    /// Takes this process's key on the pipe: a byte of the memory file locked for this process
-    /// (see [`crate::lock`]), `pid` unless another process (of another pid namespace) has it.
-    /// A forked child takes its own: POSIX record locks are not inherited.
+    /// Takes this process's key on the pipe (see [`crate::lock`]): a byte of the memory file
+    /// locked (`F_OFD_SETLK`) through an open file description of this mapping's own, `pid`
+    /// unless another holder has that byte. Its own description, not the one `fork`, exec and
+    /// `SCM_RIGHTS` share: the lock lives exactly as long as this process keeps it (a forked
+    /// child closes its copy, [`Shared::forget_key`], and takes a key of its own).
     #[cfg(not(loom))]
     #[cold]
     fn take_key(&self) -> io::Result<u32> {
+        use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
+        use std::sync::atomic::Ordering as O;
         let generation = lock::fork_generation();
+        let mut raw = self.key_fd.load(O::Acquire);
+        if raw < 0 {
+            let fd = crate::sys::fd::reopen(self.region.memfd())
+                .map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot take a key on the pipe: {e}"))
+                })?
+                .into_raw_fd();
+            // AcqRel: the winner's descriptor is the one every thread uses.
+            raw = match self.key_fd.compare_exchange(-1, fd, O::AcqRel, O::Acquire) {
+                Ok(_) => fd,
+                Err(theirs) => {
+                    crate::sys::fd::close_raw(fd);
+                    theirs
+                }
+            };
+        }
+        // SAFETY: `raw` stays open while `self` lives (closed in Drop or, in a forked child, by
+        // `forget_key` before any thread of the child can run this).
+        let desc = unsafe { BorrowedFd::borrow_raw(raw) };
+        debug_assert!(desc.as_raw_fd() >= 0);
         let pid = std::process::id();
         for i in 0..16u32 {
             let key = pid.wrapping_add(i.wrapping_mul(KEY_STRIDE)).max(1);
-            if crate::sys::fd::lock_byte(self.region.memfd(), KEY_BASE + u64::from(key))? {
-                self.key.store(
-                    (generation + 1) << 32 | u64::from(key),
-                    std::sync::atomic::Ordering::Relaxed,
-                );
+            // Our own description may hold the byte already (another thread won the race):
+            // the OFD lock call succeeds again for the same description.
+            if crate::sys::fd::lock_byte(desc, KEY_BASE + u64::from(key))? {
+                self.key
+                    .store((generation + 1) << 32 | u64::from(key), O::Relaxed);
                 return Ok(key);
             }
         }
         Err(io::Error::other(
             "no free process key on the pipe's memory file (16 tried)",
         ))
+    }
+
+    /// In a forked child (fork handler, one thread): closes the child's copy of the parent's
+    /// key description, so the parent's key dies with the parent, whatever the child does.
+    #[cfg(not(loom))]
+    pub(crate) fn forget_key(&self) {
+        let raw = self.key_fd.swap(-1, std::sync::atomic::Ordering::Relaxed);
+        if raw >= 0 {
+            crate::sys::fd::close_raw(raw);
+        }
     }
 
     /// Whether every end of this pipe is in this process: it was made here, and neither did

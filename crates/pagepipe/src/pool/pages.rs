@@ -158,6 +158,10 @@ impl crate::reclaim::Trim for Shared {
     fn trim(&self, force: bool) -> usize {
         Shared::trim(self, force)
     }
+
+    fn in_forked_child(&self) {
+        self.forget_key();
+    }
 }
 
 #[cfg(test)]
