@@ -1,13 +1,15 @@
 //! The writer: [`Writer`], in kernel mode (`RWF_DONTCACHE`) or in fallback mode (buffered writes
 //! recorded for the flusher, paced, bounded by a window).
 
-use crate::cache::reserve;
+use crate::cache::{check_room, reserve};
 use crate::consts::{
     INITIAL_BANDWIDTH, MAX_PAUSE, MIN_PAUSE, MIN_WINDOW, OVERDRAFT_WINDOWS, PAGE, SHARED_WINDOW,
     WINDOW_RECHECK,
 };
-use crate::error::{check_regular, is_unsupported, unsupported};
+use crate::description::reopen;
+use crate::error::{check_regular, errno_name, is_unsupported, unsupported};
 use crate::flusher::{give_back_overdraft, lock, take_overdraft, Shared, FLUSHER};
+use crate::fork;
 use crate::mode::{Mode, Stats};
 use crate::pacing::{cpus, overdraft_rate, room, settle, take_pause};
 use crate::reader::{seek_target, Reader};
@@ -42,9 +44,21 @@ use std::time::Duration;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Writer {
-    /// Owned here, not in `Shared`, so that it is closed in the writer's thread when the writer
-    /// goes (see `Inflight::closed`).
+    /// The caller's file, as given ([`Writer::file`]).
     file: File,
+    /// The writer's own open file description of the same file (see `crate::description`):
+    /// every write, sync and flusher call goes through it, so that no other descriptor of the
+    /// caller's description (a `dup`, a forked child) can consume the writeback errors the
+    /// writer has to report. The caller's description itself where a new one cannot be opened
+    /// (`private` false). Owned here, not in `Shared`, so that it is closed in the writer's
+    /// thread when the writer goes (see `Inflight::closed`).
+    io: File,
+    /// Whether `io` is a description of the writer's own.
+    private: bool,
+    /// The fork generation in which `io` and `shared` were made: an older one means the writer
+    /// was inherited by a forked child and must take its own before it does anything
+    /// ([`Writer::adopt`]).
+    generation: u64,
     shared: Arc<Shared>,
     /// Auto until the first non-empty write, then Kernel or Fallback.
     mode: Mode,
@@ -66,9 +80,6 @@ pub struct Writer {
     pauses: u64,
     /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
     next_sample: u64,
-    /// The end of the blocks [`Writer::preallocate`] reserved (0: none), released past the
-    /// file's end when the writer finishes.
-    reserved: u64,
     registered: bool,
     /// Set by finish: Drop has nothing left to do.
     finished: bool,
@@ -86,6 +97,7 @@ impl std::fmt::Debug for Writer {
         f.debug_struct("Writer")
             .field("mode", &self.mode)
             .field("pos", &self.pos)
+            .field("own_description", &self.private)
             .field("stats", &self.stats())
             .finish()
     }
@@ -109,10 +121,18 @@ impl Writer {
     /// flusher threads cannot be started.
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
         check_regular(&file)?;
+        fork::install();
         let end = file.metadata()?.len();
+        let (io, private) = match reopen(&file) {
+            Ok(io) => (io, true),
+            Err(_) => (file.try_clone()?, false),
+        };
         let mut w = Writer {
-            shared: Arc::new(Shared::new(file.as_raw_fd())),
+            shared: Arc::new(Shared::new(io.as_raw_fd())),
             file,
+            io,
+            private,
+            generation: fork::generation(),
             mode,
             pos: 0,
             end,
@@ -123,7 +143,6 @@ impl Writer {
             pace_debt_ns: 0,
             pauses: 0,
             next_sample: 0,
-            reserved: 0,
             registered: false,
             finished: false,
         };
@@ -187,9 +206,24 @@ impl Writer {
     /// on the development VM's ext4 it made the slowest of 1024 sequential 1 MiB
     /// `RWF_DONTCACHE` writes 45 ms instead of 15-25 (throughput unchanged).
     ///
-    /// Blocks reserved past the end of what was written are released when the writer finishes
-    /// or is dropped (the file is truncated to its own size, which frees them). A filesystem
-    /// that cannot preallocate (`EOPNOTSUPP`) is left alone: the call does nothing.
+    /// The reservation is the caller's: [`Writer::finish`] and drop never give back blocks
+    /// reserved past the file's end, as `fallocate --keep-size` leaves them. Giving them back
+    /// means cutting the file at its end, and the end is a moving target while another writer
+    /// extends the file: a length read and then set back (what this writer did before issue 27)
+    /// cut off what the other wrote in between, and two writers filling one file in parallel
+    /// got zeroed blocks back in 2-7 of 10 runs per mode. A caller that knows it is the file's
+    /// only writer, and its final length, gives the rest back itself with
+    /// `file().set_len(final_len)` (a truncation to the file's own size frees the blocks past
+    /// it on ext4), as `pagepipe-cp` does with its temporary file. A filesystem that cannot
+    /// preallocate (`EOPNOTSUPP`) is left alone: the call does nothing.
+    ///
+    /// A request that cannot fit is refused before anything is reserved: the filesystem's free
+    /// space (`fstatvfs`, counting the blocks only root may use when the caller is root) is
+    /// compared with what the file does not hold yet. Where `fallocate` fails anyway (space
+    /// taken meanwhile), the blocks it reserved past the file's end are punched out again
+    /// (`FALLOC_FL_PUNCH_HOLE`), unless the file's size moved during the call: then another
+    /// writer is extending the file, and a punch past the old end could zero its data, so the
+    /// partial reservation stays (the error says so).
     ///
     /// ```
     /// use std::io::Write;
@@ -200,34 +234,95 @@ impl Writer {
     /// w.preallocate(1 << 20)?; // reserved, still 0 bytes long
     /// assert_eq!(w.file().metadata()?.len(), 0);
     /// w.write_all(&[7u8; 4096])?;
-    /// w.finish()?; // what was reserved past 4 KiB is given back
+    /// w.file().set_len(4096)?; // the only writer: what was reserved past 4 KiB is given back
+    /// w.finish()?;
     /// assert_eq!(std::fs::metadata(&path)?.len(), 4096);
     /// std::fs::remove_file(&path)?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     ///
     /// # Errors
-    /// `fallocate`'s: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len`
-    /// bytes, [`io::ErrorKind::FileTooLarge`] past its largest file.
+    /// [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes (nothing is
+    /// then reserved), [`io::ErrorKind::FileTooLarge`] past its largest file, and `fallocate`'s
+    /// other errors; a kept writeback error.
     pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
-        if reserve(&self.file, len)? {
-            self.reserved = self.reserved.max(len);
+        self.adopt()?;
+        self.shared.check_error()?;
+        let before = self.io.metadata()?;
+        check_room(&self.io, &before, len)?;
+        match reserve(&self.io, len) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.unreserve(e, before.len(), len)),
         }
-        Ok(())
     }
 
-    /// Gives back the blocks [`Writer::preallocate`] reserved past the file's end: truncating a
-    /// file to its own size frees them. Best effort (the blocks only waste space).
-    fn release_reserved(&mut self) {
-        if self.reserved == 0 {
-            return;
-        }
-        if let Ok(size) = self.file.metadata().map(|m| m.len()) {
-            if size < self.reserved {
-                let _ = self.file.set_len(size);
+    /// After a failed `fallocate(0..len)` on a file `size_before` long: punches out what it
+    /// reserved past the file's end, and returns the error to report.
+    fn unreserve(&self, e: io::Error, size_before: u64, len: u64) -> io::Error {
+        let size = match self.io.metadata() {
+            Ok(m) => m.len(),
+            Err(_) => u64::MAX,
+        };
+        let from = size.max(self.end).next_multiple_of(PAGE);
+        let kept = if size != size_before {
+            "kept: the file grew meanwhile (another writer), and a punch past its old end could \
+             zero that writer's data"
+        } else if from >= len {
+            "nothing past the file's end to give back"
+        } else {
+            match sys::fs::punch_hole_keep_size(&self.io, from, len - from) {
+                Ok(_) => "what it reserved past the file's end was given back",
+                Err(_) => "kept: the filesystem cannot punch it out",
             }
+        };
+        io::Error::new(
+            e.kind(),
+            format!(
+                "fallocate of bytes 0..{len} reported {} ({e}); {kept}",
+                errno_name(&e)
+            ),
+        )
+    }
+
+    /// In a forked child, before an inherited writer does anything: takes an open file
+    /// description and flusher state of its own (the window and any kept error carry over;
+    /// what the parent had in flight stays the parent's). Through the parent's description,
+    /// the child's syncs would consume the writeback errors the parent's [`Writer::finish`]
+    /// must report (see `crate::fork`). The parent's reservation stays the parent's too.
+    ///
+    /// # Errors
+    /// The reopen's ([`crate::description`]): an inherited writer that cannot have a description
+    /// of its own refuses to work in the child rather than take the parent's errors.
+    fn adopt(&mut self) -> io::Result<()> {
+        let now = fork::generation();
+        if self.generation == now {
+            return Ok(());
         }
-        self.reserved = 0;
+        let io = reopen(&self.file).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "a dontcache writer inherited across fork cannot open a file description of \
+                     its own, and will not sync through its parent's: {e}"
+                ),
+            )
+        })?;
+        let shared = Arc::new(Shared::new(io.as_raw_fd()));
+        // Relaxed: the writer's own setting.
+        let window = self.shared.window.load(Ordering::Relaxed);
+        shared.window.store(window, Ordering::Relaxed);
+        shared.inherit_error(&self.shared);
+        // The parent's state (its locks may be held by threads the child does not have) is
+        // never touched again; the child's flusher has forgotten it.
+        self.shared = shared;
+        self.io = io;
+        self.private = true;
+        self.generation = now;
+        self.registered = false;
+        if self.mode == Mode::Fallback {
+            self.register()?;
+        }
+        Ok(())
     }
 
     fn register(&mut self) -> io::Result<()> {
@@ -246,6 +341,7 @@ impl Writer {
     /// writeback; [`io::ErrorKind::Unsupported`] for the first write in [`Mode::Kernel`] on a file
     /// without `RWF_DONTCACHE`.
     pub fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.adopt()?;
         self.shared.check_error()?;
         if buf.is_empty() {
             return Ok(0);
@@ -285,7 +381,7 @@ impl Writer {
 
     /// The first non-empty write in Auto mode: try the flag, settle the mode.
     fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+        match sys::fs::pwritev2(&self.io, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => {
                 self.mode = Mode::Kernel;
                 self.after_kernel_write(n);
@@ -301,7 +397,7 @@ impl Writer {
     }
 
     fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+        let n = match sys::fs::pwritev2(&self.io, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
             Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
@@ -318,13 +414,13 @@ impl Writer {
             return;
         }
         self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
-        if let Ok(cs) = sys::fs::cachestat(&self.file, 0, 0) {
+        if let Ok(cs) = sys::fs::cachestat(&self.io, 0, 0) {
             self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
         }
     }
 
     fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = self.file.write_at(buf, offset)?;
+        let n = self.io.write_at(buf, offset)?;
         if n == 0 {
             return Ok(0);
         }
@@ -476,12 +572,13 @@ impl Writer {
     /// # Errors
     /// A kept error of earlier writeback, or `fdatasync`'s error (which is then kept too).
     pub fn sync(&mut self) -> io::Result<()> {
+        self.adopt()?;
         self.shared.check_error()?;
         if self.mode == Mode::Fallback {
-            self.shared.drain(&self.file, true)?;
-        } else if let Err(e) = self.file.sync_data() {
+            // Its error is kept, and reported below.
+            let _ = self.shared.drain(&self.io, true);
+        } else if let Err(e) = self.io.sync_data() {
             self.shared.set_error(&e, "fdatasync".to_string());
-            return Err(e);
         }
         self.shared.check_error()
     }
@@ -491,7 +588,6 @@ impl Writer {
     /// # Errors
     /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
     pub fn finish(mut self) -> io::Result<Stats> {
-        self.release_reserved();
         let synced = self.sync();
         // After an error, leave the best-effort drain to Drop so the writer's pages still leave
         // the cache.
@@ -511,6 +607,7 @@ impl Write for Writer {
     /// Reports a kept writeback error and, in fallback mode, asks the flusher to start writing
     /// back now. Not a durability point: that is [`Writer::sync`].
     fn flush(&mut self) -> io::Result<()> {
+        self.adopt()?;
         if self.mode == Mode::Fallback {
             FLUSHER.kick();
         }
@@ -531,9 +628,13 @@ impl Drop for Writer {
     /// Writes back and drops what this writer left dirty, ignoring errors (best effort, as
     /// dropping a [`File`] is); call [`Writer::finish`] to see them.
     fn drop(&mut self) {
-        self.release_reserved();
+        if self.adopt().is_err() {
+            // Inherited, and nothing of the child's own to write back: leave the parent's
+            // state alone.
+            return;
+        }
         if !self.finished && self.mode == Mode::Fallback {
-            let _ = self.shared.drain(&self.file, false);
+            let _ = self.shared.drain(&self.io, false);
         }
         // From here on the flusher threads leave the fd alone; the File closes when this
         // returns. Same lock order as `drain`: `starting`, then `inflight`.
