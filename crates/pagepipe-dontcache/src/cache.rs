@@ -97,11 +97,12 @@ pub(crate) fn check_room(file: &File, meta: &std::fs::Metadata, len: u64) -> io:
         return Ok(());
     };
     if missing > free {
+        let enospc = io::Error::from_raw_os_error(libc::ENOSPC);
         return Err(io::Error::new(
             io::ErrorKind::StorageFull,
             format!(
-                "cannot preallocate bytes 0..{len}: the file needs {missing} more bytes of disk \
-                 and its filesystem has {free} free; nothing was reserved"
+                "cannot preallocate bytes 0..{len}: {enospc}: the file needs {missing} more \
+                 bytes of disk and its filesystem has {free} free; nothing was reserved"
             ),
         ));
     }
