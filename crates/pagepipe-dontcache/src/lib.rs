@@ -54,7 +54,10 @@
 //!
 //! Errors are never lost silently: a write error is returned by that write; an error of the
 //! flusher's writeback (`EIO`, `ENOSPC`) is kept and returned by the next write, [`Writer::sync`]
-//! and [`Writer::finish`] (it stays: every later call fails too). Dropping a writer without
+//! and [`Writer::finish`] (it stays: every later call fails too). Each writer writes and syncs
+//! through an open file description of its own, where the kernel keeps its cursor into the
+//! file's writeback-error record, so no other writer, descriptor or forked child can consume
+//! its errors (see [`Writer::finish`] for exactly what `Ok` means). Dropping a writer without
 //! [`Writer::finish`] writes its data out and drops it from the cache on a best-effort basis,
 //! ignoring errors, like dropping a [`File`].
 //!

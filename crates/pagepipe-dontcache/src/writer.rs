@@ -80,6 +80,10 @@ pub struct Writer {
     pauses: u64,
     /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
     next_sample: u64,
+    /// Kernel mode: the pages this writer's writes span, `start..end` (empty: none yet). Its
+    /// dirty pages are sampled there only, so that another writer filling another part of the
+    /// file does not count as this one's.
+    span: std::ops::Range<u64>,
     registered: bool,
     /// Set by finish: Drop has nothing left to do.
     finished: bool,
@@ -143,6 +147,7 @@ impl Writer {
             pace_debt_ns: 0,
             pauses: 0,
             next_sample: 0,
+            span: 0..0,
             registered: false,
             finished: false,
         };
@@ -176,7 +181,9 @@ impl Writer {
         self.mode
     }
 
-    /// The file being written.
+    /// The file as given to [`Writer::with_mode`]. The writer itself writes and syncs through a
+    /// description of its own of the same file (see [`Writer::finish`]), so what the caller
+    /// does with this one (a sync, a `dup` in another process) cannot take the writer's errors.
     pub fn file(&self) -> &File {
         &self.file
     }
@@ -214,8 +221,8 @@ impl Writer {
     /// got zeroed blocks back in 2-7 of 10 runs per mode. A caller that knows it is the file's
     /// only writer, and its final length, gives the rest back itself with
     /// `file().set_len(final_len)` (a truncation to the file's own size frees the blocks past
-    /// it on ext4), as `pagepipe-cp` does with its temporary file. A filesystem that cannot
-    /// preallocate (`EOPNOTSUPP`) is left alone: the call does nothing.
+    /// it on ext4). A filesystem that cannot preallocate (`EOPNOTSUPP`) is left alone: the call
+    /// does nothing.
     ///
     /// A request that cannot fit is refused before anything is reserved: the filesystem's free
     /// space (`fstatvfs`, counting the blocks only root may use when the caller is root) is
@@ -384,7 +391,7 @@ impl Writer {
         match sys::fs::pwritev2(&self.io, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => {
                 self.mode = Mode::Kernel;
-                self.after_kernel_write(n);
+                self.after_kernel_write(offset, n);
                 Ok(n)
             }
             Err(e) if is_unsupported(&e) => {
@@ -403,18 +410,26 @@ impl Writer {
             Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
             Err(e) => return Err(e),
         };
-        self.after_kernel_write(n);
+        self.after_kernel_write(offset, n);
         Ok(n)
     }
 
-    /// Kernel mode: samples the file's dirty pages once per window of writes.
-    fn after_kernel_write(&mut self, n: usize) {
+    /// Kernel mode: samples the dirty pages of the span of this writer's writes once per window
+    /// of writes.
+    fn after_kernel_write(&mut self, offset: u64, n: usize) {
+        let (start, end) = (offset & !(PAGE - 1), offset + n as u64);
+        self.span = if self.span.is_empty() {
+            start..end
+        } else {
+            self.span.start.min(start)..self.span.end.max(end)
+        };
         let written = self.bytes_written + n as u64;
         if written < self.next_sample {
             return;
         }
         self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
-        if let Ok(cs) = sys::fs::cachestat(&self.io, 0, 0) {
+        let len = self.span.end - self.span.start;
+        if let Ok(cs) = sys::fs::cachestat(&self.io, self.span.start, len) {
             self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
         }
     }
@@ -585,8 +600,21 @@ impl Writer {
 
     /// [`Writer::sync`]s, closes the file and returns what the writer did.
     ///
+    /// `Ok` means, in both modes: every byte this writer's writes accepted is on disk (its
+    /// `fdatasync` returned 0), and no writeback error of the file was recorded since the
+    /// writer was made. The kernel records writeback errors per file, not per range, and the
+    /// writer checks them through an open file description of its own: it reports every error
+    /// of the file recorded after it was made (or not yet reported to anyone when it was),
+    /// another writer's included, so two writers of one file each see the other's losses;
+    /// nothing else (another writer, a `dup` of the caller's file, a forked child, with or
+    /// without its own writer) can consume them. It cannot say which bytes were lost: the error
+    /// names the call and what the kernel reported (`fdatasync reported ENOSPC ...`). It does
+    /// not cover the file's name (sync the directory for that) nor bytes written through other
+    /// descriptors. Where `/proc` is missing the writer shares the caller's description, and a
+    /// sync through another descriptor of it can take the error first. See docs/dontcache.md.
+    ///
     /// # Errors
-    /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
+    /// As [`Writer::sync`]: a kept writeback error, or `fdatasync`'s.
     pub fn finish(mut self) -> io::Result<Stats> {
         let synced = self.sync();
         // After an error, leave the best-effort drain to Drop so the writer's pages still leave

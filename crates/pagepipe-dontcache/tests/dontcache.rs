@@ -278,6 +278,11 @@ fn sparse_one_byte_writes(sized: bool) {
         }
     }
     let stats = w.finish().unwrap();
+    println!(
+        "sized {sized}: kernel-reported dirty + writeback peak {worst} bytes, counter peak {}, \
+         window {window}",
+        stats.peak_dirty_bytes
+    );
     // The counter counts pages: it reached the window's quarter (where pacing starts), far
     // beyond the 8 KiB of bytes written.
     assert!(
