@@ -625,10 +625,11 @@ impl Copier<'_> {
     /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
     /// the permission bits to give it (None: a new file's default, 0666 less the umask).
     /// `layout`: what is known of the source. A dense source of known size has it reserved on
-    /// disk first (`Writer::preallocate`: a full disk is reported before anything is copied,
-    /// and the writeback of the copy allocates nothing, which keeps its writes from stalling
-    /// behind other writeback); the temporary is this copy's alone, so nothing is left to give
-    /// back (a source that shrank is an error, and the temporary goes). A sparse source has
+    /// disk first (`Writer::preallocate`: the writeback of the copy then allocates nothing,
+    /// which keeps its writes from stalling behind other writeback); where the reservation is
+    /// refused the copy goes on without it, as cp would, and a full disk is met mid-copy. The
+    /// temporary is this copy's alone, so nothing is left to give back (a source that shrank is
+    /// an error, and the temporary goes). A sparse source has
     /// only its data copied, and its holes stay holes, as cp does: its apparent size is never
     /// reserved (a 10 GiB sparse file with 1 MiB of data fits where its size would not).
     fn write_temp(
@@ -645,8 +646,16 @@ impl Copier<'_> {
             .map_err(ctx(&writing))?
             .with_window(self.args.window.min(usize::MAX as u64) as usize);
         if let Layout::Dense(size) = layout {
-            if size > 0 {
-                w.preallocate(size).map_err(ctx(&writing))?;
+            match w.preallocate(size) {
+                Ok(()) => {}
+                // Refused (it may not fit in what unprivileged users may take) or failed part
+                // way: copy without it, as cp would, into root's reserve if we are root, and
+                // meet ENOSPC mid-copy if the disk is full after all. The temporary is ours
+                // alone, so cutting it frees any partial reservation.
+                Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                    w.file().set_len(0).map_err(ctx(&writing))?;
+                }
+                Err(e) => return Err(ctx(&writing)(e)),
             }
         }
         if self.args.verbose {

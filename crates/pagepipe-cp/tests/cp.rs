@@ -242,10 +242,9 @@ fn stdin_is_copied_to_a_named_file() {
     );
 }
 
-/// Copies 32 MiB onto a small filesystem, from a file (its size is reserved first, so the disk
-/// is found full before anything is copied) and from standard input (no size: the disk fills
-/// mid-copy): the copy must fail with ENOSPC's message and leave neither the destination nor a
-/// temporary.
+/// Copies 32 MiB onto a small filesystem, from a file (its reservation is refused, and the copy
+/// goes on without it, as cp) and from standard input (no size): the disk fills mid-copy, and
+/// the copy must fail with ENOSPC's message and leave neither the destination nor a temporary.
 fn expect_enospc(fs_dir: &Path, mode: &str) {
     let t = TempDir::new("enospc-src");
     let src = t.join("big");

@@ -75,12 +75,12 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
     sys::fs::fallocate_keep_size(file, len)
 }
 
-/// Refuses to reserve `0..len` of `file` (whose metadata is `meta`) when the filesystem surely
-/// cannot hold it: the bytes the file does not hold yet (`len` in whole blocks, less every block
-/// it holds) exceed the free space. A lower bound of the need against an upper bound of the
-/// room, so a request that could succeed is never refused; one refused here reserved nothing,
-/// where a failing `fallocate` keeps what it allocated before it ran out (issue 27: 488 MiB
-/// of a 512 MiB filesystem, for a 10 GiB request). Passes where the free space is unknown.
+/// Refuses to reserve `0..len` of `file` (whose metadata is `meta`) when it may not fit: the
+/// bytes the file does not hold yet (`len` in whole blocks, less every block it holds) exceed
+/// the free space for unprivileged use ([`sys::fs::free_bytes`]). One refused here reserved
+/// nothing, where a failing `fallocate` keeps what it allocated before it ran out (issue 27:
+/// 488 MiB of a 512 MiB filesystem, for a 10 GiB request). Passes where the free space is
+/// unknown.
 ///
 /// # Errors
 /// [`io::ErrorKind::StorageFull`], naming the sizes.

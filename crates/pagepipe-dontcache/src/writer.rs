@@ -224,13 +224,17 @@ impl Writer {
     /// it on ext4). A filesystem that cannot preallocate (`EOPNOTSUPP`) is left alone: the call
     /// does nothing.
     ///
-    /// A request that cannot fit is refused before anything is reserved: the filesystem's free
-    /// space (`fstatvfs`, counting the blocks only root may use when the caller is root) is
-    /// compared with what the file does not hold yet. Where `fallocate` fails anyway (space
-    /// taken meanwhile), the blocks it reserved past the file's end are punched out again
-    /// (`FALLOC_FL_PUNCH_HOLE`), unless the file's size moved during the call: then another
-    /// writer is extending the file, and a punch past the old end could zero its data, so the
-    /// partial reservation stays (the error says so).
+    /// A request that may not fit is refused before anything is reserved: what the file does
+    /// not hold yet is compared with the filesystem's free space for unprivileged use
+    /// (`fstatvfs`'s `f_bavail`: not the blocks reserved for root, even for root, nor ext4's
+    /// own reserve, which `fallocate` may not take either). A failing `fallocate` keeps what it
+    /// allocated before it ran out (a 10 GiB request on a 512 MiB filesystem kept 488 MiB, and
+    /// a request of all of `f_bfree` on a 16 MiB ext4 kept 13.4 MiB), so this check is what
+    /// keeps a refused request from holding the disk. Where `fallocate` fails anyway (space
+    /// taken meanwhile by someone else), the writer punches out what it reserved past the
+    /// file's end (`FALLOC_FL_PUNCH_HOLE`) unless the file's size moved during the call (then
+    /// another writer is extending it). On ext4, which clamps a punch to the file's size, that
+    /// frees nothing, and the error says the reservation stays.
     ///
     /// ```
     /// use std::io::Write;
@@ -255,6 +259,9 @@ impl Writer {
     pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
         self.adopt()?;
         self.shared.check_error()?;
+        if len == 0 {
+            return Ok(());
+        }
         let before = self.io.metadata()?;
         check_room(&self.io, &before, len)?;
         match reserve(&self.io, len) {
@@ -264,22 +271,33 @@ impl Writer {
     }
 
     /// After a failed `fallocate(0..len)` on a file `size_before` long: punches out what it
-    /// reserved past the file's end, and returns the error to report.
+    /// reserved past the file's end where the filesystem lets it, and returns the error to
+    /// report, saying whether the partial reservation stays.
     fn unreserve(&self, e: io::Error, size_before: u64, len: u64) -> io::Error {
-        let size = match self.io.metadata() {
-            Ok(m) => m.len(),
-            Err(_) => u64::MAX,
-        };
-        let from = size.max(self.end).next_multiple_of(PAGE);
-        let kept = if size != size_before {
-            "kept: the file grew meanwhile (another writer), and a punch past its old end could \
-             zero that writer's data"
-        } else if from >= len {
-            "nothing past the file's end to give back"
-        } else {
-            match sys::fs::punch_hole_keep_size(&self.io, from, len - from) {
-                Ok(_) => "what it reserved past the file's end was given back",
-                Err(_) => "kept: the filesystem cannot punch it out",
+        use std::os::unix::fs::MetadataExt;
+        let kept = match self.io.metadata() {
+            Err(_) => "kept: the file cannot be inspected",
+            Ok(m) if m.len() != size_before => {
+                "kept: the file grew meanwhile (another writer), and a punch past its old end \
+                 could zero that writer's data"
+            }
+            Ok(m) if m.len().max(self.end).next_multiple_of(PAGE) >= len => {
+                "nothing past the file's end to give back"
+            }
+            Ok(m) => {
+                let from = m.len().max(self.end).next_multiple_of(PAGE);
+                let punched = sys::fs::punch_hole_keep_size(&self.io, from, len - from);
+                let after = self.io.metadata().map_or(m.blocks(), |a| a.blocks());
+                if punched.is_ok_and(|p| p) && after < m.blocks() {
+                    "what it reserved past the file's end was given back"
+                } else {
+                    // ext4 clamps a punch to the file's size: only a truncation to the file's
+                    // own size frees blocks past it, and that races with another writer
+                    // extending the file (the writer never does it; see preallocate).
+                    "what it reserved past the file's end stays (this filesystem frees it only \
+                     when the file is truncated, which the writer never does: truncate it to \
+                     its size if no one else writes it)"
+                }
             }
         };
         io::Error::new(

@@ -400,6 +400,16 @@ fn enospc_reaches_the_caller_on_ext4() {
     }
 }
 
+/// `f_bfree` of the filesystem of `path`, in bytes: free blocks, root's reserve included.
+fn statvfs_free(path: &Path) -> u64 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) reads a NUL-terminated path and writes the struct we pass.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bfree as u64 * st.f_frsize as u64
+}
+
 /// Disk bytes the file at `path` holds (`st_blocks`).
 fn disk_bytes(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -463,6 +473,17 @@ fn preallocate_reports_a_full_disk_before_writing() {
         held <= 64 << 10,
         "a failed preallocate left {held} bytes reserved"
     );
+    // A request of everything free, root's reserve and ext4's own included (f_bfree), is
+    // refused too, with nothing reserved: before the check used f_bavail, fallocate took it on
+    // and failed with 13.4 MiB kept.
+    let path = fs.dir.join("just-too-big");
+    let mut w = Writer::create(&path).unwrap();
+    let free = statvfs_free(&path);
+    let e = w.preallocate(free).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+    let held = disk_bytes(&path);
+    assert!(held <= 64 << 10, "{e}: {held} bytes held");
+    drop(w);
 }
 
 /// Two writers fill one file in parallel, one of which preallocated its final size: when the
