@@ -301,6 +301,52 @@ fn sparse_one_byte_writes(sized: bool) {
     );
 }
 
+/// Issue 27's target for the window: whatever the write pattern, what the kernel reports dirty
+/// or under writeback for the file stays within twice the window plus one kick batch (plus any
+/// overdraft, granted only while another process floods writeback). Sampled with `cachestat`
+/// after every write, smallest window.
+#[test]
+fn fallback_dirty_and_writeback_stay_within_the_bound_for_any_pattern() {
+    const PAGE: u64 = 4096;
+    let patterns: [(&str, fn(u64) -> (u64, usize)); 5] = [
+        ("sequential 64 KiB", |i| (i * 65536, 65536)),
+        ("backwards 4 KiB", |i| ((2047 - i % 2048) * PAGE, 4096)),
+        ("one byte a page apart", |i| (i * PAGE, 1)),
+        ("one byte two pages apart, unaligned", |i| {
+            (i * 2 * PAGE + 4095, 1)
+        }),
+        ("scattered 3 KiB", |i| {
+            ((i * 7919 % 4096) * PAGE + 1000, 3072)
+        }),
+    ];
+    for (name, at) in patterns {
+        let t = TempFile(temp_path("pattern"));
+        let mut w = Writer::with_mode(rw_file(&t.0), Mode::Fallback)
+            .unwrap()
+            .with_window(MIN_WINDOW);
+        let window = w.window() as u64;
+        let batch = 64 << 10; // the kick batch of the smallest window
+        let data = vec![0x77u8; 65536];
+        let mut worst = 0;
+        for i in 0..2048 {
+            let (offset, len) = at(i);
+            w.write_all_at(&data[..len], offset).unwrap();
+            if let Ok(cs) = pagepipe_sys::fs::cachestat(w.file(), 0, 0) {
+                worst = worst.max((cs.nr_dirty + cs.nr_writeback) * PAGE);
+            }
+        }
+        let stats = w.finish().unwrap();
+        println!(
+            "{name}: dirty + writeback peak {worst} bytes (window {window}, bound {})",
+            2 * window + batch
+        );
+        assert!(
+            worst <= 2 * window + batch + stats.peak_overdraft_bytes,
+            "{name}: {worst} bytes dirty or under writeback, window {window}: {stats:?}"
+        );
+    }
+}
+
 #[test]
 fn two_writers_share_the_flusher() {
     let handles: Vec<_> = (0..2u8)
