@@ -308,7 +308,8 @@ fn sparse_one_byte_writes(sized: bool) {
 #[test]
 fn fallback_dirty_and_writeback_stay_within_the_bound_for_any_pattern() {
     const PAGE: u64 = 4096;
-    let patterns: [(&str, fn(u64) -> (u64, usize)); 5] = [
+    type Pattern = (&'static str, fn(u64) -> (u64, usize));
+    let patterns: [Pattern; 5] = [
         ("sequential 64 KiB", |i| (i * 65536, 65536)),
         ("backwards 4 KiB", |i| ((2047 - i % 2048) * PAGE, 4096)),
         ("one byte a page apart", |i| (i * PAGE, 1)),
