@@ -674,9 +674,11 @@ impl Drop for Writer {
     /// Writes back and drops what this writer left dirty, ignoring errors (best effort, as
     /// dropping a [`File`] is); call [`Writer::finish`] to see them.
     fn drop(&mut self) {
-        if self.adopt().is_err() {
-            // Inherited, and nothing of the child's own to write back: leave the parent's
-            // state alone.
+        if self.generation != fork::generation() {
+            // Inherited by a forked child that never used it (using it would have adopted it):
+            // nothing of the child's own to write back, and the parent's state (its ranges, its
+            // locks, which threads the child does not have may hold) is the parent's. Only the
+            // descriptors close.
             return;
         }
         if !self.finished && self.mode == Mode::Fallback {
