@@ -21,11 +21,18 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 static CURRENT: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Installs the handler that removes the current temporary on SIGINT, SIGTERM and SIGHUP, then
-/// dies of the same signal (so the exit status says "interrupted", as cp's does).
+/// dies of the same signal (so the exit status says "interrupted", as cp's does), and ignores
+/// SIGXFSZ: a write past the file size limit (`ulimit -f`) then fails with `EFBIG`, which is
+/// reported and removes the temporary, where the signal's default action killed the process
+/// and left the temporary behind (cp dies of the signal and leaves its partial destination).
 ///
 /// # Errors
-/// The OS's error from `sigaction(2)`.
+/// The OS's error from `sigaction(2)` or `signal(2)`.
 pub fn install_signal_handlers() -> io::Result<()> {
+    // SAFETY: signal(2) with SIG_IGN installs no handler code.
+    if unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction is a valid value to fill in (plain C struct).
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -75,6 +82,33 @@ impl Temp {
     /// # Errors
     /// The OS's error from `open(2)`, with the temporary's path in the message.
     pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
+        let mut file = None;
+        let temp = Temp::make(dst, |path| {
+            file = Some(
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(path)?,
+            );
+            Ok(())
+        })?;
+        let file = file.expect("made with the temporary");
+        Ok((temp, file))
+    }
+
+    /// Creates a symlink to `target` at a fresh temporary name beside `dst` (see
+    /// [`Temp::create`]), registered for removal like a temporary file.
+    ///
+    /// # Errors
+    /// The OS's error from `symlink(2)`, with the temporary's path in the message.
+    pub fn symlink(dst: &Path, target: &Path) -> io::Result<Temp> {
+        Temp::make(dst, |path| std::os::unix::fs::symlink(target, path))
+    }
+
+    /// Makes a fresh temporary beside `dst` with `create` (which must fail with
+    /// `AlreadyExists` when the name is taken), registers it, and returns it.
+    fn make(dst: &Path, mut create: impl FnMut(&Path) -> io::Result<()>) -> io::Result<Temp> {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = match dst.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -82,26 +116,18 @@ impl Temp {
         };
         let name = dst.file_name().unwrap_or(dst.as_os_str());
         loop {
-            // Relaxed: a counter for unique names; create_new below is what guarantees them.
+            // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let mut tmp_name = OsString::from(".");
-            tmp_name.push(name);
-            tmp_name.push(format!(".pagepipe-cp-{}-{n}", std::process::id()));
-            let path = dir.join(tmp_name);
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .open(&path)
-            {
-                Ok(file) => {
+            let path = dir.join(temp_name(name, std::process::id(), n));
+            match create(&path) {
+                Ok(()) => {
                     let mut temp = Temp {
                         path,
                         registered: std::ptr::null_mut(),
                         committed: false,
                     };
                     temp.register();
-                    return Ok((temp, file));
+                    return Ok(temp);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
@@ -173,6 +199,23 @@ impl Temp {
     }
 }
 
+/// The longest file name Linux filesystems take (`NAME_MAX`), in bytes.
+const NAME_MAX: usize = 255;
+
+/// `.NAME.pagepipe-cp-PID-N`, with NAME cut short when the whole would pass [`NAME_MAX`]: a
+/// destination name of 240 bytes or more, valid itself, must still get a temporary.
+fn temp_name(name: &std::ffi::OsStr, pid: u32, n: u64) -> OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let suffix = format!(".pagepipe-cp-{pid}-{n}");
+    let room = NAME_MAX - 1 - suffix.len();
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(NAME_MAX);
+    out.push(b'.');
+    out.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    out.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(out)
+}
+
 /// Frees a pointer made by `CString::into_raw` in `Temp::register` (null: nothing).
 fn free_if_ours(p: *mut libc::c_char) {
     if !p.is_null() {
@@ -188,5 +231,20 @@ impl Drop for Temp {
             let _ = std::fs::remove_file(&self.path);
         }
         self.unregister();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_fit_in_name_max() {
+        let long = OsString::from("x".repeat(NAME_MAX));
+        let t = temp_name(&long, u32::MAX, u64::MAX);
+        assert_eq!(t.len(), NAME_MAX);
+        assert!(t.to_string_lossy().ends_with(&format!("-{}", u64::MAX)));
+        let short = temp_name(std::ffi::OsStr::new("a"), 7, 3);
+        assert_eq!(short, ".a.pagepipe-cp-7-3");
     }
 }

@@ -7,7 +7,7 @@ use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File, Metadata, Permissions};
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -240,12 +240,14 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     }
 }
 
-/// Copies `args.paths` (`SRC... DST`). Stops at the first I/O error (returned); a directory
-/// without `-r` or a special file is reported on stderr and skipped, as cp does, and makes
-/// [`Summary::failed`] true.
+/// Copies `args.paths` (`SRC... DST`). As cp does, an error with one file (a missing source, a
+/// full disk, a directory without `-r`, a special file) is reported on stderr and the copy goes
+/// on with the next, and [`Summary::failed`] is then true (exit status 1). Whatever failed,
+/// every directory that got a new entry is synced before this returns, so a copy renamed into
+/// place is durable when the command exits.
 ///
 /// # Errors
-/// The first error that stops the copy, naming the path and what was being done.
+/// Only a bad command line, or a directory that cannot be synced: no copy is then known durable.
 pub fn run(args: &Args) -> io::Result<Summary> {
     let (dst, srcs) = args
         .paths
@@ -259,6 +261,7 @@ pub fn run(args: &Args) -> io::Result<Summary> {
     };
     let mut copier = Copier {
         args,
+        umask: umask(),
         mode: args.mode.into(),
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
@@ -266,14 +269,121 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         summary: Summary::default(),
     };
     let t0 = Instant::now();
-    let result = jobs
-        .iter()
-        .try_for_each(|(src, dst)| copier.copy_top(src, dst))
-        .and_then(|()| copier.sync_dirs());
+    for (src, dst) in &jobs {
+        if let Err(e) = copier.copy_top(src, dst) {
+            copier.skip(e.to_string());
+        }
+    }
+    let synced = copier.sync_dirs();
     copier.bar.finish_and_clear();
-    result?;
+    synced?;
     copier.summary.elapsed = t0.elapsed();
     Ok(copier.summary)
+}
+
+/// What [`Copier::write_temp`] knows of its source.
+enum Layout {
+    /// Standard input: read to its end.
+    Stream,
+    /// A file of this size, as good as fully allocated.
+    Dense(u64),
+    /// A sparse file of `size` bytes, with data only in `extents` (`start..end`, ascending).
+    Sparse { size: u64, extents: Vec<(u64, u64)> },
+}
+
+/// A source [`Copier::write_temp`] reads, and seeks over holes in.
+trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+/// Standard input, which is never sparse: seeking it is never asked for.
+struct StdinSource<'a>(io::StdinLock<'a>);
+
+impl Read for StdinSource<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Seek for StdinSource<'_> {
+    fn seek(&mut self, _: SeekFrom) -> io::Result<u64> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "standard input cannot seek",
+        ))
+    }
+}
+
+/// Feeds `n` zero bytes to `hasher` (the holes of a sparse copy, as they read back).
+fn hash_zeros(hasher: &mut Xxh3, mut n: u64) {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        hasher.update(&ZEROS[..k]);
+        n -= k as u64;
+    }
+}
+
+/// The data extents of `file`'s first `size` bytes (`lseek(2)` with `SEEK_DATA`/`SEEK_HOLE`).
+///
+/// # Errors
+/// The OS's error (`EINVAL` where the filesystem does not tell holes apart).
+fn data_extents(file: &File, size: u64) -> io::Result<Vec<(u64, u64)>> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        // SAFETY: lseek(2) on a descriptor borrowed from a live File touches no memory (it moves
+        // that description's offset, which nothing reading this file uses: Reader reads at
+        // explicit offsets).
+        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data past pos
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (start, end) = (data as u64, (hole as u64).min(size));
+        if start >= end {
+            break;
+        }
+        out.push((start, end));
+        pos = end;
+    }
+    Ok(out)
+}
+
+/// Whether standard input was closed when the process started. Rust's runtime reopens a closed
+/// descriptor 0 on `/dev/null` for reading and writing before `main`, which reads as an empty
+/// input; a shell's `< /dev/null` opens it read-only. Copying that empty input replaced the
+/// destination with an empty file and exited 0.
+fn stdin_was_closed() -> bool {
+    // SAFETY: fstat(2) writes a stat to the pointer we pass; all zeroes is a valid stat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; descriptor 0 is only inspected.
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return true;
+    }
+    // SAFETY: F_GETFL only reads descriptor 0's status flags.
+    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
+    let dev_null = st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3);
+    dev_null && flags >= 0 && flags & libc::O_ACCMODE == libc::O_RDWR
+}
+
+/// The process's umask (read by setting it and putting it back, while pagepipe-cp has one
+/// thread: `run` calls this before the first writer starts the flusher threads).
+fn umask() -> u32 {
+    // SAFETY: umask(2) cannot fail and touches no memory; set back at once.
+    let old = unsafe { libc::umask(0o022) };
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    old as u32
 }
 
 /// A copy written to its temporary and synced, not yet renamed into place.
@@ -286,6 +396,9 @@ struct Written {
 
 struct Copier<'a> {
     args: &'a Args,
+    /// The process's umask: new files and directories get the source's permission bits less
+    /// these, as cp gives them without `-p`.
+    umask: u32,
     mode: Mode,
     bar: ProgressBar,
     buf: Vec<u8>,
@@ -303,7 +416,7 @@ impl Copier<'_> {
         }
     }
 
-    /// Reports an error that cp reports and goes on from.
+    /// Reports an error that cp reports and goes on from (the exit status will be 1).
     fn skip(&mut self, msg: String) {
         self.bar.suspend(|| eprintln!("pagepipe-cp: {msg}"));
         self.summary.skipped += 1;
@@ -341,8 +454,8 @@ impl Copier<'_> {
 
     fn copy_dir(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
         refuse_copy_into_itself(src, dst)?;
-        match fs::symlink_metadata(dst) {
-            Ok(m) if m.is_dir() => {}
+        let created = match fs::symlink_metadata(dst) {
+            Ok(m) if m.is_dir() => false,
             Ok(_) => {
                 return Err(invalid(format!(
                     "cannot overwrite non-directory '{}' with directory '{}'",
@@ -360,9 +473,10 @@ impl Copier<'_> {
                         dst.display()
                     )))?;
                 self.dirs.insert(parent_of(dst));
+                true
             }
             Err(e) => return Err(ctx(format_args!("cannot stat '{}'", dst.display()))(e)),
-        }
+        };
         let mut entries: Vec<_> = fs::read_dir(src)
             .and_then(|it| it.collect::<io::Result<Vec<_>>>())
             .map_err(ctx(format_args!(
@@ -371,12 +485,21 @@ impl Copier<'_> {
             )))?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
-            self.copy_entry(&e.path(), &dst.join(e.file_name()))?;
+            // As cp: report, and go on with the next entry.
+            if let Err(e) = self.copy_entry(&e.path(), &dst.join(e.file_name())) {
+                self.skip(e.to_string());
+            }
+        }
+        if !created {
+            // cp leaves an existing directory's mode alone.
+            return Ok(());
         }
         // Last, so that a read-only source directory's copy could be filled first.
-        fs::set_permissions(dst, Permissions::from_mode(meta.mode() & 0o7777)).map_err(ctx(
-            format_args!("cannot set the mode of '{}'", dst.display()),
-        ))
+        let mode = meta.mode() & 0o777 & !self.umask;
+        fs::set_permissions(dst, Permissions::from_mode(mode)).map_err(ctx(format_args!(
+            "cannot set the mode of '{}'",
+            dst.display()
+        )))
     }
 
     fn copy_symlink(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
@@ -388,18 +511,12 @@ impl Copier<'_> {
                 dst.display()
             )));
         }
-        let tmp = parent_of(dst).join(format!(
-            ".{}.pagepipe-cp-{}-link",
-            name_of(dst)?.display(),
-            std::process::id()
-        ));
-        let _ = fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&target, &tmp)
-            .and_then(|()| fs::rename(&tmp, dst))
-            .map_err(|e| {
-                let _ = fs::remove_file(&tmp);
-                ctx(format_args!("cannot create symlink '{}'", dst.display()))(e)
-            })?;
+        // A registered temporary, so that a signal between the two steps removes it too.
+        let temp = Temp::symlink(dst, &target).map_err(ctx(format_args!(
+            "cannot create symlink '{}'",
+            dst.display()
+        )))?;
+        temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
         Ok(())
     }
@@ -427,13 +544,21 @@ impl Copier<'_> {
         self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let size = meta.len();
-        let written = self.write_temp(
-            &mut reader,
-            &what,
-            dst,
-            Some(meta.mode() & 0o7777),
-            Some(size),
-        )?;
+        // cp: an existing destination keeps its mode; a new one gets the source's less the umask.
+        let mode = match fs::metadata(dst) {
+            Ok(d) if d.is_file() => d.mode() & 0o7777,
+            _ => meta.mode() & 0o777 & !self.umask,
+        };
+        let layout = if meta.blocks() * 512 < size {
+            // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
+            match data_extents(&probe, size) {
+                Ok(extents) => Layout::Sparse { size, extents },
+                Err(_) => Layout::Dense(size),
+            }
+        } else {
+            Layout::Dense(size)
+        };
+        let written = self.write_temp(&mut reader, &what, dst, Some(mode), layout)?;
         if written.bytes < size {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -471,33 +596,67 @@ impl Copier<'_> {
                 dst.display()
             )));
         }
+        if stdin_was_closed() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "standard input is closed; '{}' is left as it was (to copy an empty input, \
+                     redirect it from /dev/null)",
+                    dst.display()
+                ),
+            ));
+        }
         self.summary.from_stdin = true;
-        let stdin = io::stdin();
-        let mut lock = stdin.lock();
-        let written = self.write_temp(&mut lock, "reading standard input", dst, None, None)?;
+        let mode = fs::metadata(dst)
+            .ok()
+            .filter(|d| d.is_file())
+            .map(|d| d.mode() & 0o7777);
+        let mut stdin = StdinSource(io::stdin().lock());
+        let written = self.write_temp(
+            &mut stdin,
+            "reading standard input",
+            dst,
+            mode,
+            Layout::Stream,
+        )?;
         self.commit(written, dst)
     }
 
     /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
     /// the permission bits to give it (None: a new file's default, 0666 less the umask).
-    /// `size`: the source's size when known, reserved on disk first (`Writer::preallocate`:
-    /// a full disk is reported before anything is copied, and the writeback of the copy
-    /// allocates nothing, which keeps its writes from stalling behind other writeback).
+    /// `layout`: what is known of the source. A dense source of known size has it reserved on
+    /// disk first (`Writer::preallocate`: the writeback of the copy then allocates nothing,
+    /// which keeps its writes from stalling behind other writeback); where the reservation is
+    /// refused the copy goes on without it, as cp would, and a full disk is met mid-copy. The
+    /// temporary is this copy's alone, so nothing is left to give back (a source that shrank is
+    /// an error, and the temporary goes). A sparse source has
+    /// only its data copied, and its holes stay holes, as cp does: its apparent size is never
+    /// reserved (a 10 GiB sparse file with 1 MiB of data fits where its size would not).
     fn write_temp(
         &mut self,
-        src: &mut dyn Read,
+        src: &mut dyn ReadSeek,
         reading: &str,
         dst: &Path,
         mode: Option<u32>,
-        size: Option<u64>,
+        layout: Layout,
     ) -> io::Result<Written> {
         let writing = format!("writing '{}'", dst.display());
         let (temp, file) = Temp::create(dst, if mode.is_some() { 0o600 } else { 0o666 })?;
         let mut w = Writer::with_mode(file, self.mode)
             .map_err(ctx(&writing))?
             .with_window(self.args.window.min(usize::MAX as u64) as usize);
-        if let Some(size) = size.filter(|&s| s > 0) {
-            w.preallocate(size).map_err(ctx(&writing))?;
+        if let Layout::Dense(size) = layout {
+            match w.preallocate(size) {
+                Ok(()) => {}
+                // Refused (it may not fit in what unprivileged users may take) or failed part
+                // way: copy without it, as cp would, into root's reserve if we are root, and
+                // meet ENOSPC mid-copy if the disk is full after all. The temporary is ours
+                // alone, so cutting it frees any partial reservation.
+                Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                    w.file().set_len(0).map_err(ctx(&writing))?;
+                }
+                Err(e) => return Err(ctx(&writing)(e)),
+            }
         }
         if self.args.verbose {
             let line = format!("'{}' -> '{}'", reading, dst.display());
@@ -508,20 +667,44 @@ impl Copier<'_> {
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         );
         let mut hasher = Xxh3::new();
+        let (extents, size) = match layout {
+            Layout::Sparse { size, extents } => (extents, Some(size)),
+            Layout::Dense(_) | Layout::Stream => (vec![(0, u64::MAX)], None),
+        };
         let mut bytes = 0u64;
-        loop {
-            let n = match src.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(ctx(reading)(e)),
-            };
-            w.write_all(&self.buf[..n]).map_err(ctx(&writing))?;
-            if self.args.verify {
-                hasher.update(&self.buf[..n]);
+        'extents: for (start, end) in extents {
+            if start > bytes {
+                // A hole: nothing to write; it reads back as zeros, which --verify hashes.
+                if self.args.verify {
+                    hash_zeros(&mut hasher, start - bytes);
+                }
+                src.seek(SeekFrom::Start(start)).map_err(ctx(reading))?;
+                w.seek(SeekFrom::Start(start)).map_err(ctx(&writing))?;
+                bytes = start;
             }
-            bytes += n as u64;
-            self.bar.inc(n as u64);
+            while bytes < end {
+                let want = (end - bytes).min(CHUNK as u64) as usize;
+                let n = match src.read(&mut self.buf[..want]) {
+                    Ok(0) => break 'extents,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(ctx(reading)(e)),
+                };
+                w.write_all(&self.buf[..n]).map_err(ctx(&writing))?;
+                if self.args.verify {
+                    hasher.update(&self.buf[..n]);
+                }
+                bytes += n as u64;
+                self.bar.inc(n as u64);
+            }
+        }
+        if let Some(size) = size.filter(|&size| size > bytes) {
+            // A hole at the end: the length says how long it is.
+            if self.args.verify {
+                hash_zeros(&mut hasher, size - bytes);
+            }
+            w.file().set_len(size).map_err(ctx(&writing))?;
+            bytes = size;
         }
         if let Some(mode) = mode {
             w.file()

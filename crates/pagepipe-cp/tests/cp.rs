@@ -165,13 +165,18 @@ fn files_follow_cp_conventions() {
     write_file(&t.join("a"), &pattern(10_000, 4), 0o640);
     write_file(&t.join("b"), &pattern(70_000, 5), 0o600);
     fs::create_dir(t.join("d")).unwrap();
-    // SRC DST: a new name; over an existing file: replaced, with the source's mode.
+    // SRC DST: a new name; over an existing file: replaced, keeping the destination's mode
+    // (as cp, which writes into the existing file).
     let out = cp(&[&t.join("a"), &t.join("c")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_same_tree(&t.join("a"), &t.join("c"));
     let out = cp(&[&t.join("b"), &t.join("c")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_same_tree(&t.join("b"), &t.join("c"));
+    assert_eq!(
+        fs::read(t.join("c")).unwrap(),
+        fs::read(t.join("b")).unwrap()
+    );
+    assert_eq!(fs::metadata(t.join("c")).unwrap().mode() & 0o7777, 0o640);
     // Several SRC into a directory.
     let out = cp(&[&t.join("a"), &t.join("b"), &t.join("d")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -237,10 +242,9 @@ fn stdin_is_copied_to_a_named_file() {
     );
 }
 
-/// Copies 32 MiB onto a small filesystem, from a file (its size is reserved first, so the disk
-/// is found full before anything is copied) and from standard input (no size: the disk fills
-/// mid-copy): the copy must fail with ENOSPC's message and leave neither the destination nor a
-/// temporary.
+/// Copies 32 MiB onto a small filesystem, from a file (its reservation is refused, and the copy
+/// goes on without it, as cp) and from standard input (no size): the disk fills mid-copy, and
+/// the copy must fail with ENOSPC's message and leave neither the destination nor a temporary.
 fn expect_enospc(fs_dir: &Path, mode: &str) {
     let t = TempDir::new("enospc-src");
     let src = t.join("big");
@@ -363,8 +367,14 @@ fn sigint_mid_copy_removes_the_temporary() {
 #[test]
 fn a_source_truncated_mid_copy_is_an_error_with_no_destination() {
     let t = TempDir::new("shrink");
-    let src = t.join("sparse");
-    File::create(&src).unwrap().set_len(1 << 30).unwrap(); // sparse: costs no disk
+    let src = t.join("unwritten");
+    // Allocated but never written (reads as zeros; not sparse, so it is read through): a
+    // gigabyte that costs no writing.
+    let f = File::create(&src).unwrap();
+    // SAFETY: fallocate(2) on a live descriptor touches no memory.
+    let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 1 << 30) };
+    assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
+    drop(f);
     fs::create_dir(t.join("out")).unwrap();
     let dst = t.join("out/copy");
     let child = Command::new(BIN)
@@ -391,5 +401,220 @@ fn a_source_truncated_mid_copy_is_an_error_with_no_destination() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("shrank"), "{err}");
     assert!(!dst.exists(), "a truncated copy was renamed into place");
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+/// Runs pagepipe-cp with `args`, `pre` applied in the child before exec (a closed stdin, a
+/// file size limit, a umask).
+fn cp_with(
+    args: &[&Path],
+    pre: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    // SAFETY: `pre` only makes async-signal-safe system calls (close, setrlimit, umask).
+    unsafe { cmd.pre_exec(pre) };
+    cmd.output().unwrap()
+}
+
+/// Issue 27: one missing source among several stopped the copy (the later sources were not
+/// copied, and the directory of the earlier ones was never synced); cp reports it and goes on,
+/// and every directory that got an entry is synced before the exit (checked with strace where
+/// it is installed).
+#[test]
+fn a_missing_source_is_reported_and_the_rest_copied_and_synced() {
+    let t = TempDir::new("missing");
+    write_file(&t.join("a"), &pattern(5000, 8), 0o644);
+    write_file(&t.join("b"), &pattern(7000, 9), 0o644);
+    fs::create_dir(t.join("d")).unwrap();
+    let out = cp(&[&t.join("a"), &t.join("nope"), &t.join("b"), &t.join("d")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+    assert_eq!(fs::read(t.join("d/a")).unwrap(), pattern(5000, 8));
+    assert_eq!(fs::read(t.join("d/b")).unwrap(), pattern(7000, 9));
+    fs::remove_file(t.join("d/a")).unwrap();
+    let traced = Command::new("strace")
+        .args(["-f", "-e", "trace=fsync,fdatasync,openat", "-o"])
+        .arg(t.join("trace"))
+        .arg(BIN)
+        .args([&t.join("a"), &t.join("nope"), &t.join("d")])
+        .output();
+    match traced {
+        Ok(o) if o.status.code() == Some(1) => {
+            let trace = fs::read_to_string(t.join("trace")).unwrap();
+            let d = t.join("d");
+            let dir_fd = trace
+                .lines()
+                .filter(|l| l.contains(&format!("\"{}\"", d.display())))
+                .find_map(|l| l.rsplit("= ").next()?.trim().parse::<i32>().ok())
+                .unwrap_or_else(|| panic!("the directory was never opened to be synced:\n{trace}"));
+            assert!(
+                trace.contains(&format!("fsync({dir_fd})")),
+                "the directory was not synced:\n{trace}"
+            );
+        }
+        Ok(o) => println!(
+            "note: strace did not run ({}), the sync is not checked",
+            o.status
+        ),
+        Err(e) => println!("note: no strace ({e}), the sync is not checked"),
+    }
+}
+
+/// Issue 27: with standard input closed, the Rust runtime hands the process /dev/null, and the
+/// copy replaced the destination with an empty file and exited 0.
+#[test]
+fn a_closed_stdin_leaves_the_destination_alone() {
+    let t = TempDir::new("closed-stdin");
+    let dst = t.join("dst");
+    write_file(&dst, b"precious", 0o644);
+    let out = cp_with(&[Path::new("-"), &dst], || {
+        // SAFETY: close(2) of descriptor 0 in the child before exec.
+        unsafe { libc::close(0) };
+        Ok(())
+    });
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("standard input is closed"));
+    assert_eq!(fs::read(&dst).unwrap(), b"precious");
+    // An empty input on purpose still copies.
+    let out = Command::new(BIN)
+        .arg("-")
+        .arg(&dst)
+        .stdin(File::open("/dev/null").unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read(&dst).unwrap(), b"");
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+/// Issue 27: past the file size limit (`ulimit -f`) SIGXFSZ killed the copy and left its
+/// temporary; now the write fails with EFBIG, which is reported, and nothing is left.
+#[test]
+fn a_file_size_limit_is_an_error_that_leaves_nothing() {
+    let t = TempDir::new("fsize");
+    write_file(&t.join("big"), &pattern(4 << 20, 10), 0o644);
+    fs::create_dir(t.join("out")).unwrap();
+    for args in [vec![], vec!["--mode", "fallback"]] {
+        let mut all: Vec<&Path> = args.iter().map(Path::new).collect();
+        let (src, dst) = (t.join("big"), t.join("out/copy"));
+        all.push(&src);
+        all.push(&dst);
+        let out = cp_with(&all, || {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 20,
+                rlim_max: 1 << 20,
+            };
+            // SAFETY: setrlimit(2) reads `lim`, valid for the call.
+            unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) };
+            Ok(())
+        });
+        assert_eq!(out.status.signal(), None, "{args:?}: killed by a signal");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("File too large"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!dst.exists());
+        assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new(), "{args:?}");
+    }
+}
+
+/// Issue 27: a sparse source was copied fully allocated, its apparent size reserved first: a
+/// 1 GiB sparse file with 1 MiB of data did not fit on a 16 MiB filesystem, where cp copies it.
+#[test]
+fn a_sparse_source_stays_sparse() {
+    let Some(small) = SmallFs::ext4_or_skip("a_sparse_source_stays_sparse") else {
+        return;
+    };
+    let t = TempDir::new("sparse");
+    let src = t.join("sparse");
+    let data = pattern(1 << 20, 11);
+    {
+        let f = File::create(&src).unwrap();
+        f.set_len(1 << 30).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &data, 300 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"head", 0).unwrap();
+    }
+    let dst = small.dir.join("copy");
+    let out = cp(&[&src, &dst]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let m = fs::metadata(&dst).unwrap();
+    assert_eq!(m.len(), 1 << 30);
+    assert!(
+        m.blocks() * 512 < 4 << 20,
+        "{} bytes allocated",
+        m.blocks() * 512
+    );
+    let f = File::open(&dst).unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut got, 300 << 20).unwrap();
+    assert_eq!(fnv1a(&got), fnv1a(&data));
+    let mut head = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut head, 0).unwrap();
+    assert_eq!(&head, b"head\0\0\0\0");
+    // --verify hashes the holes as the zeros they read back as (a smaller file: hashing is slow
+    // in a debug build).
+    let small_src = t.join("small-sparse");
+    {
+        let f = File::create(&small_src).unwrap();
+        f.set_len(16 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &data, 5 << 20).unwrap();
+    }
+    let out = cp(&[Path::new("--verify"), &small_src, &small.dir.join("v")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("verified 1 file(s)"));
+    assert_eq!(
+        fnv1a(&fs::read(small.dir.join("v")).unwrap()),
+        fnv1a(&fs::read(&small_src).unwrap())
+    );
+}
+
+/// Issue 27: the source's mode was applied ignoring the umask, and an existing destination
+/// directory was chmod'ed to its source's mode; cp does neither.
+#[test]
+fn modes_follow_the_umask_and_spare_existing_directories() {
+    let t = TempDir::new("umask");
+    write_file(&t.join("f"), b"x", 0o664);
+    let out = cp_with(&[&t.join("f"), &t.join("g")], || {
+        // SAFETY: umask(2) in the child before exec.
+        unsafe { libc::umask(0o077) };
+        Ok(())
+    });
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::metadata(t.join("g")).unwrap().mode() & 0o7777, 0o600);
+    let src = t.join("src");
+    fs::create_dir(&src).unwrap();
+    write_file(&src.join("inner"), b"y", 0o644);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::create_dir_all(t.join("dst/src")).unwrap();
+    fs::set_permissions(t.join("dst/src"), fs::Permissions::from_mode(0o755)).unwrap();
+    let out = cp(&[Path::new("-r"), &src, &t.join("dst")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        fs::metadata(t.join("dst/src")).unwrap().mode() & 0o7777,
+        0o755
+    );
+    assert_eq!(fs::read(t.join("dst/src/inner")).unwrap(), b"y");
+}
+
+/// Issue 27: names of 240 bytes and more (valid: up to 255) failed, the temporary's suffix
+/// pushing its name past NAME_MAX.
+#[test]
+fn long_names_copy() {
+    let t = TempDir::new("long");
+    let name = "n".repeat(255);
+    write_file(&t.join(&name), b"long", 0o644);
+    fs::create_dir(t.join("d")).unwrap();
+    let out = cp(&[&t.join(&name), &t.join("d")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read(t.join("d").join(&name)).unwrap(), b"long");
     assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
 }

@@ -29,3 +29,42 @@ pub(crate) fn check_regular(file: &File) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The name of the errno behind `e` (`ENOSPC`, `EIO`, ...), or `errno N` for one without a
+/// name here; `no errno` for an error of the library's own making.
+pub(crate) fn errno_name(e: &io::Error) -> String {
+    let Some(n) = e.raw_os_error() else {
+        return "no errno".to_string();
+    };
+    let name = match n {
+        libc::EIO => "EIO",
+        libc::ENOSPC => "ENOSPC",
+        libc::EDQUOT => "EDQUOT",
+        libc::EROFS => "EROFS",
+        libc::EFBIG => "EFBIG",
+        libc::ENODEV => "ENODEV",
+        libc::ENXIO => "ENXIO",
+        libc::EBADF => "EBADF",
+        libc::EINVAL => "EINVAL",
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::ESTALE => "ESTALE",
+        libc::ENOLCK => "ENOLCK",
+        libc::EINTR => "EINTR",
+        _ => return format!("errno {n}"),
+    };
+    name.to_string()
+}
+
+/// The message of a kept writeback or sync error: the call, what the kernel reported, and what
+/// that does not say. Linux keeps one writeback error record per file, and a sync reports the
+/// newest error recorded since this writer's description last looked, whichever data of the
+/// file it came from (another writer's included).
+pub(crate) fn reported(call: &str, e: &io::Error) -> String {
+    format!(
+        "{call} reported {} ({e}); the kernel records writeback errors per file, not per \
+         range: some data of this file written back since this writer last checked did not \
+         reach the disk",
+        errno_name(e)
+    )
+}

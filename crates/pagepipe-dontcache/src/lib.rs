@@ -54,7 +54,10 @@
 //!
 //! Errors are never lost silently: a write error is returned by that write; an error of the
 //! flusher's writeback (`EIO`, `ENOSPC`) is kept and returned by the next write, [`Writer::sync`]
-//! and [`Writer::finish`] (it stays: every later call fails too). Dropping a writer without
+//! and [`Writer::finish`] (it stays: every later call fails too). Each writer writes and syncs
+//! through an open file description of its own, where the kernel keeps its cursor into the
+//! file's writeback-error record, so no other writer, descriptor or forked child can consume
+//! its errors (see [`Writer::finish`] for exactly what `Ok` means). Dropping a writer without
 //! [`Writer::finish`] writes its data out and drops it from the cache on a best-effort basis,
 //! ignoring errors, like dropping a [`File`].
 //!
@@ -63,12 +66,15 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 // The modules in layers, each using only modules of the layers before it (lib.rs only declares
-// and re-exports): consts, mode, error; dirty, cache, pacing; flusher; reader; writer.
+// and re-exports): consts, mode, error; description, dirty, cache, pacing; flusher; fork;
+// reader; writer.
 mod cache; // page-cache inspection
 mod consts; // the windows and budgets, the flusher's and the pacing's tuning constants
+mod description; // a writer's own open file description
 mod dirty; // a writer's dirty ranges
 mod error; // the crate's own io::Errors
 mod flusher; // the process-wide flusher, and what each writer shares with it
+mod fork; // the fork handlers and the fork generation
 mod mode; // Mode, Stats
 mod pacing; // the arithmetic of a writer's pauses
 mod reader; // Reader

@@ -39,8 +39,10 @@ pub struct Stats {
     /// own counter, which counts whole pages dirtied and not yet written back and dropped (a
     /// one-byte write counts the page it dirties, and a write that starts past a partly written
     /// last page also counts that page, which the kernel dirties again to zero its tail): an
-    /// upper bound on the pages its writes dirty. Kernel: the file's dirty pages sampled with `cachestat(2)` once per window of
-    /// writes (0 where `cachestat` is missing).
+    /// upper bound on the pages its writes dirty. Kernel: the dirty pages of the file between
+    /// the lowest and the highest offset this writer wrote, sampled with `cachestat(2)` once
+    /// per window of writes (0 where `cachestat` is missing); another writer's dirty pages
+    /// within that span count too (the kernel does not tell whose they are).
     pub peak_dirty_bytes: u64,
     /// How many times a write found the writer over its window (plus any overdraft) and waited
     /// for the flusher (always 0 in kernel mode, where the kernel throttles).

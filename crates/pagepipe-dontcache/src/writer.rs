@@ -1,13 +1,15 @@
 //! The writer: [`Writer`], in kernel mode (`RWF_DONTCACHE`) or in fallback mode (buffered writes
 //! recorded for the flusher, paced, bounded by a window).
 
-use crate::cache::reserve;
+use crate::cache::{check_room, reserve};
 use crate::consts::{
     INITIAL_BANDWIDTH, MAX_PAUSE, MIN_PAUSE, MIN_WINDOW, OVERDRAFT_WINDOWS, PAGE, SHARED_WINDOW,
     WINDOW_RECHECK,
 };
-use crate::error::{check_regular, is_unsupported, unsupported};
+use crate::description::reopen;
+use crate::error::{check_regular, errno_name, is_unsupported, unsupported};
 use crate::flusher::{give_back_overdraft, lock, take_overdraft, Shared, FLUSHER};
+use crate::fork;
 use crate::mode::{Mode, Stats};
 use crate::pacing::{cpus, overdraft_rate, room, settle, take_pause};
 use crate::reader::{seek_target, Reader};
@@ -42,9 +44,21 @@ use std::time::Duration;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Writer {
-    /// Owned here, not in `Shared`, so that it is closed in the writer's thread when the writer
-    /// goes (see `Inflight::closed`).
+    /// The caller's file, as given ([`Writer::file`]).
     file: File,
+    /// The writer's own open file description of the same file (see `crate::description`):
+    /// every write, sync and flusher call goes through it, so that no other descriptor of the
+    /// caller's description (a `dup`, a forked child) can consume the writeback errors the
+    /// writer has to report. The caller's description itself where a new one cannot be opened
+    /// (`private` false). Owned here, not in `Shared`, so that it is closed in the writer's
+    /// thread when the writer goes (see `Inflight::closed`).
+    io: File,
+    /// Whether `io` is a description of the writer's own.
+    private: bool,
+    /// The fork generation in which `io` and `shared` were made: an older one means the writer
+    /// was inherited by a forked child and must take its own before it does anything
+    /// ([`Writer::adopt`]).
+    generation: u64,
     shared: Arc<Shared>,
     /// Auto until the first non-empty write, then Kernel or Fallback.
     mode: Mode,
@@ -66,9 +80,10 @@ pub struct Writer {
     pauses: u64,
     /// Kernel mode: bytes_written at which to sample the file's dirty pages next.
     next_sample: u64,
-    /// The end of the blocks [`Writer::preallocate`] reserved (0: none), released past the
-    /// file's end when the writer finishes.
-    reserved: u64,
+    /// Kernel mode: the pages this writer's writes span, `start..end` (empty: none yet). Its
+    /// dirty pages are sampled there only, so that another writer filling another part of the
+    /// file does not count as this one's.
+    span: std::ops::Range<u64>,
     registered: bool,
     /// Set by finish: Drop has nothing left to do.
     finished: bool,
@@ -86,6 +101,7 @@ impl std::fmt::Debug for Writer {
         f.debug_struct("Writer")
             .field("mode", &self.mode)
             .field("pos", &self.pos)
+            .field("own_description", &self.private)
             .field("stats", &self.stats())
             .finish()
     }
@@ -109,10 +125,18 @@ impl Writer {
     /// flusher threads cannot be started.
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
         check_regular(&file)?;
+        fork::install();
         let end = file.metadata()?.len();
+        let (io, private) = match reopen(&file) {
+            Ok(io) => (io, true),
+            Err(_) => (file.try_clone()?, false),
+        };
         let mut w = Writer {
-            shared: Arc::new(Shared::new(file.as_raw_fd())),
+            shared: Arc::new(Shared::new(io.as_raw_fd())),
             file,
+            io,
+            private,
+            generation: fork::generation(),
             mode,
             pos: 0,
             end,
@@ -123,7 +147,7 @@ impl Writer {
             pace_debt_ns: 0,
             pauses: 0,
             next_sample: 0,
-            reserved: 0,
+            span: 0..0,
             registered: false,
             finished: false,
         };
@@ -157,7 +181,9 @@ impl Writer {
         self.mode
     }
 
-    /// The file being written.
+    /// The file as given to [`Writer::with_mode`]. The writer itself writes and syncs through a
+    /// description of its own of the same file (see [`Writer::finish`]), so what the caller
+    /// does with this one (a sync, a `dup` in another process) cannot take the writer's errors.
     pub fn file(&self) -> &File {
         &self.file
     }
@@ -187,9 +213,28 @@ impl Writer {
     /// on the development VM's ext4 it made the slowest of 1024 sequential 1 MiB
     /// `RWF_DONTCACHE` writes 45 ms instead of 15-25 (throughput unchanged).
     ///
-    /// Blocks reserved past the end of what was written are released when the writer finishes
-    /// or is dropped (the file is truncated to its own size, which frees them). A filesystem
-    /// that cannot preallocate (`EOPNOTSUPP`) is left alone: the call does nothing.
+    /// The reservation is the caller's: [`Writer::finish`] and drop never give back blocks
+    /// reserved past the file's end, as `fallocate --keep-size` leaves them. Giving them back
+    /// means cutting the file at its end, and the end is a moving target while another writer
+    /// extends the file: a length read and then set back (what this writer did before issue 27)
+    /// cut off what the other wrote in between, and two writers filling one file in parallel
+    /// got zeroed blocks back in 2-7 of 10 runs per mode. A caller that knows it is the file's
+    /// only writer, and its final length, gives the rest back itself with
+    /// `file().set_len(final_len)` (a truncation to the file's own size frees the blocks past
+    /// it on ext4). A filesystem that cannot preallocate (`EOPNOTSUPP`) is left alone: the call
+    /// does nothing.
+    ///
+    /// A request that may not fit is refused before anything is reserved: what the file does
+    /// not hold yet is compared with the filesystem's free space for unprivileged use
+    /// (`fstatvfs`'s `f_bavail`: not the blocks reserved for root, even for root, nor ext4's
+    /// own reserve, which `fallocate` may not take either). A failing `fallocate` keeps what it
+    /// allocated before it ran out (a 10 GiB request on a 512 MiB filesystem kept 488 MiB, and
+    /// a request of all of `f_bfree` on a 16 MiB ext4 kept 13.4 MiB), so this check is what
+    /// keeps a refused request from holding the disk. Where `fallocate` fails anyway (space
+    /// taken meanwhile by someone else), the writer punches out what it reserved past the
+    /// file's end (`FALLOC_FL_PUNCH_HOLE`) unless the file's size moved during the call (then
+    /// another writer is extending it). On ext4, which clamps a punch to the file's size, that
+    /// frees nothing, and the error says the reservation stays.
     ///
     /// ```
     /// use std::io::Write;
@@ -200,34 +245,109 @@ impl Writer {
     /// w.preallocate(1 << 20)?; // reserved, still 0 bytes long
     /// assert_eq!(w.file().metadata()?.len(), 0);
     /// w.write_all(&[7u8; 4096])?;
-    /// w.finish()?; // what was reserved past 4 KiB is given back
+    /// w.file().set_len(4096)?; // the only writer: what was reserved past 4 KiB is given back
+    /// w.finish()?;
     /// assert_eq!(std::fs::metadata(&path)?.len(), 4096);
     /// std::fs::remove_file(&path)?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     ///
     /// # Errors
-    /// `fallocate`'s: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len`
-    /// bytes, [`io::ErrorKind::FileTooLarge`] past its largest file.
+    /// [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes (nothing is
+    /// then reserved), [`io::ErrorKind::FileTooLarge`] past its largest file, and `fallocate`'s
+    /// other errors; a kept writeback error.
     pub fn preallocate(&mut self, len: u64) -> io::Result<()> {
-        if reserve(&self.file, len)? {
-            self.reserved = self.reserved.max(len);
+        self.adopt()?;
+        self.shared.check_error()?;
+        if len == 0 {
+            return Ok(());
         }
-        Ok(())
+        let before = self.io.metadata()?;
+        check_room(&self.io, &before, len)?;
+        match reserve(&self.io, len) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.unreserve(e, before.len(), len)),
+        }
     }
 
-    /// Gives back the blocks [`Writer::preallocate`] reserved past the file's end: truncating a
-    /// file to its own size frees them. Best effort (the blocks only waste space).
-    fn release_reserved(&mut self) {
-        if self.reserved == 0 {
-            return;
-        }
-        if let Ok(size) = self.file.metadata().map(|m| m.len()) {
-            if size < self.reserved {
-                let _ = self.file.set_len(size);
+    /// After a failed `fallocate(0..len)` on a file `size_before` long: punches out what it
+    /// reserved past the file's end where the filesystem lets it, and returns the error to
+    /// report, saying whether the partial reservation stays.
+    fn unreserve(&self, e: io::Error, size_before: u64, len: u64) -> io::Error {
+        use std::os::unix::fs::MetadataExt;
+        let kept = match self.io.metadata() {
+            Err(_) => "kept: the file cannot be inspected",
+            Ok(m) if m.len() != size_before => {
+                "kept: the file grew meanwhile (another writer), and a punch past its old end \
+                 could zero that writer's data"
             }
+            Ok(m) if m.len().max(self.end).next_multiple_of(PAGE) >= len => {
+                "nothing past the file's end to give back"
+            }
+            Ok(m) => {
+                let from = m.len().max(self.end).next_multiple_of(PAGE);
+                let punched = sys::fs::punch_hole_keep_size(&self.io, from, len - from);
+                let after = self.io.metadata().map_or(m.blocks(), |a| a.blocks());
+                if punched.is_ok_and(|p| p) && after < m.blocks() {
+                    "what it reserved past the file's end was given back"
+                } else {
+                    // ext4 clamps a punch to the file's size: only a truncation to the file's
+                    // own size frees blocks past it, and that races with another writer
+                    // extending the file (the writer never does it; see preallocate).
+                    "what it reserved past the file's end stays (this filesystem frees it only \
+                     when the file is truncated, which the writer never does: truncate it to \
+                     its size if no one else writes it)"
+                }
+            }
+        };
+        io::Error::new(
+            e.kind(),
+            format!(
+                "fallocate of bytes 0..{len} reported {} ({e}); {kept}",
+                errno_name(&e)
+            ),
+        )
+    }
+
+    /// In a forked child, before an inherited writer does anything: takes an open file
+    /// description and flusher state of its own (the window and any kept error carry over;
+    /// what the parent had in flight stays the parent's). Through the parent's description,
+    /// the child's syncs would consume the writeback errors the parent's [`Writer::finish`]
+    /// must report (see `crate::fork`). The parent's reservation stays the parent's too.
+    ///
+    /// # Errors
+    /// The reopen's ([`crate::description`]): an inherited writer that cannot have a description
+    /// of its own refuses to work in the child rather than take the parent's errors.
+    fn adopt(&mut self) -> io::Result<()> {
+        let now = fork::generation();
+        if self.generation == now {
+            return Ok(());
         }
-        self.reserved = 0;
+        let io = reopen(&self.file).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "a dontcache writer inherited across fork cannot open a file description of \
+                     its own, and will not sync through its parent's: {e}"
+                ),
+            )
+        })?;
+        let shared = Arc::new(Shared::new(io.as_raw_fd()));
+        // Relaxed: the writer's own setting.
+        let window = self.shared.window.load(Ordering::Relaxed);
+        shared.window.store(window, Ordering::Relaxed);
+        shared.inherit_error(&self.shared);
+        // The parent's state (its locks may be held by threads the child does not have) is
+        // never touched again; the child's flusher has forgotten it.
+        self.shared = shared;
+        self.io = io;
+        self.private = true;
+        self.generation = now;
+        self.registered = false;
+        if self.mode == Mode::Fallback {
+            self.register()?;
+        }
+        Ok(())
     }
 
     fn register(&mut self) -> io::Result<()> {
@@ -246,6 +366,7 @@ impl Writer {
     /// writeback; [`io::ErrorKind::Unsupported`] for the first write in [`Mode::Kernel`] on a file
     /// without `RWF_DONTCACHE`.
     pub fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.adopt()?;
         self.shared.check_error()?;
         if buf.is_empty() {
             return Ok(0);
@@ -285,10 +406,10 @@ impl Writer {
 
     /// The first non-empty write in Auto mode: try the flag, settle the mode.
     fn write_probe(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+        match sys::fs::pwritev2(&self.io, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => {
                 self.mode = Mode::Kernel;
-                self.after_kernel_write(n);
+                self.after_kernel_write(offset, n);
                 Ok(n)
             }
             Err(e) if is_unsupported(&e) => {
@@ -301,30 +422,38 @@ impl Writer {
     }
 
     fn write_kernel(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = match sys::fs::pwritev2(&self.file, buf, offset, sys::fs::RWF_DONTCACHE) {
+        let n = match sys::fs::pwritev2(&self.io, buf, offset, sys::fs::RWF_DONTCACHE) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Err(unsupported(e)),
             Err(e) if self.bytes_written == 0 && is_unsupported(&e) => return Err(unsupported(e)),
             Err(e) => return Err(e),
         };
-        self.after_kernel_write(n);
+        self.after_kernel_write(offset, n);
         Ok(n)
     }
 
-    /// Kernel mode: samples the file's dirty pages once per window of writes.
-    fn after_kernel_write(&mut self, n: usize) {
+    /// Kernel mode: samples the dirty pages of the span of this writer's writes once per window
+    /// of writes.
+    fn after_kernel_write(&mut self, offset: u64, n: usize) {
+        let (start, end) = (offset & !(PAGE - 1), offset + n as u64);
+        self.span = if self.span.is_empty() {
+            start..end
+        } else {
+            self.span.start.min(start)..self.span.end.max(end)
+        };
         let written = self.bytes_written + n as u64;
         if written < self.next_sample {
             return;
         }
         self.next_sample = written + self.shared.window.load(Ordering::Relaxed);
-        if let Ok(cs) = sys::fs::cachestat(&self.file, 0, 0) {
+        let len = self.span.end - self.span.start;
+        if let Ok(cs) = sys::fs::cachestat(&self.io, self.span.start, len) {
             self.peak_dirty = self.peak_dirty.max(cs.nr_dirty * PAGE);
         }
     }
 
     fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let n = self.file.write_at(buf, offset)?;
+        let n = self.io.write_at(buf, offset)?;
         if n == 0 {
             return Ok(0);
         }
@@ -476,22 +605,35 @@ impl Writer {
     /// # Errors
     /// A kept error of earlier writeback, or `fdatasync`'s error (which is then kept too).
     pub fn sync(&mut self) -> io::Result<()> {
+        self.adopt()?;
         self.shared.check_error()?;
         if self.mode == Mode::Fallback {
-            self.shared.drain(&self.file, true)?;
-        } else if let Err(e) = self.file.sync_data() {
+            // Its error is kept, and reported below.
+            let _ = self.shared.drain(&self.io, true);
+        } else if let Err(e) = self.io.sync_data() {
             self.shared.set_error(&e, "fdatasync".to_string());
-            return Err(e);
         }
         self.shared.check_error()
     }
 
     /// [`Writer::sync`]s, closes the file and returns what the writer did.
     ///
+    /// `Ok` means, in both modes: every byte this writer's writes accepted is on disk (its
+    /// `fdatasync` returned 0), and no writeback error of the file was recorded since the
+    /// writer was made. The kernel records writeback errors per file, not per range, and the
+    /// writer checks them through an open file description of its own: it reports every error
+    /// of the file recorded after it was made (or not yet reported to anyone when it was),
+    /// another writer's included, so two writers of one file each see the other's losses;
+    /// nothing else (another writer, a `dup` of the caller's file, a forked child, with or
+    /// without its own writer) can consume them. It cannot say which bytes were lost: the error
+    /// names the call and what the kernel reported (`fdatasync reported ENOSPC ...`). It does
+    /// not cover the file's name (sync the directory for that) nor bytes written through other
+    /// descriptors. Where `/proc` is missing the writer shares the caller's description, and a
+    /// sync through another descriptor of it can take the error first. See docs/dontcache.md.
+    ///
     /// # Errors
-    /// As [`Writer::sync`]: any write-back error not yet reported, or `fdatasync`'s.
+    /// As [`Writer::sync`]: a kept writeback error, or `fdatasync`'s.
     pub fn finish(mut self) -> io::Result<Stats> {
-        self.release_reserved();
         let synced = self.sync();
         // After an error, leave the best-effort drain to Drop so the writer's pages still leave
         // the cache.
@@ -511,6 +653,7 @@ impl Write for Writer {
     /// Reports a kept writeback error and, in fallback mode, asks the flusher to start writing
     /// back now. Not a durability point: that is [`Writer::sync`].
     fn flush(&mut self) -> io::Result<()> {
+        self.adopt()?;
         if self.mode == Mode::Fallback {
             FLUSHER.kick();
         }
@@ -531,9 +674,15 @@ impl Drop for Writer {
     /// Writes back and drops what this writer left dirty, ignoring errors (best effort, as
     /// dropping a [`File`] is); call [`Writer::finish`] to see them.
     fn drop(&mut self) {
-        self.release_reserved();
+        if self.generation != fork::generation() {
+            // Inherited by a forked child that never used it (using it would have adopted it):
+            // nothing of the child's own to write back, and the parent's state (its ranges, its
+            // locks, which threads the child does not have may hold) is the parent's. Only the
+            // descriptors close.
+            return;
+        }
         if !self.finished && self.mode == Mode::Fallback {
-            let _ = self.shared.drain(&self.file, false);
+            let _ = self.shared.drain(&self.io, false);
         }
         // From here on the flusher threads leave the fd alone; the File closes when this
         // returns. Same lock order as `drain`: `starting`, then `inflight`.

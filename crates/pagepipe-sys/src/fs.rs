@@ -114,6 +114,40 @@ pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Frees the blocks of `offset..offset + len` of the file without changing its size
+/// (`fallocate(2)` with `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`): reads there return zeros
+/// and cached pages there are dropped, dirty or not. `Ok(false)` where the filesystem cannot
+/// (`EOPNOTSUPP`).
+pub fn punch_hole_keep_size(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<bool> {
+    let (offset, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate touches no user memory; the fd is borrowed from a live file.
+    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset, len) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(true)
+}
+
+/// The bytes free on the filesystem of `fd` for unprivileged use (`fstatvfs(3)`, `f_bavail`):
+/// the blocks neither reserved for root nor kept back by the filesystem itself (ext4 keeps up to
+/// 2% of its blocks, at most 4096, out of every allocation's reach, root's included).
+pub fn free_bytes(fd: &impl AsRawFd) -> io::Result<u64> {
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs writes a statvfs to the pointer we pass, valid for the call; the fd is
+    // borrowed from a live file.
+    let rc = unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// Page-cache state of a file range, in pages (`struct cachestat`, `cachestat(2)`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]

@@ -9,6 +9,7 @@ use crate::consts::{
     MAX_PASSES, SCAN_LIMIT, YIELD_OFF, YIELD_ON,
 };
 use crate::dirty::{coalesce, Inflight, LiveFd, Pending, Range};
+use crate::error::reported;
 use pagepipe_sys::{self as sys, fs::RangeSync};
 use std::fs::File;
 use std::io;
@@ -107,13 +108,14 @@ impl Shared {
         (!inflight.closed).then_some(LiveFd(self.fd))
     }
 
-    /// Keeps the first error; later ones add nothing (the first is the cause).
-    pub(crate) fn set_error(&self, e: &io::Error, what: String) {
+    /// Keeps the first error; later ones add nothing (the first is the cause). `call` names
+    /// the call that reported it (see [`reported`]).
+    pub(crate) fn set_error(&self, e: &io::Error, call: String) {
         let mut slot = lock(&self.error);
         if slot.is_none() {
             *slot = Some(StoredError {
                 kind: e.kind(),
-                message: format!("{what}: {e}"),
+                message: reported(&call, e),
             });
         }
         drop(slot);
@@ -130,6 +132,38 @@ impl Shared {
             Some(e) => Err(io::Error::new(e.kind, e.message.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Keeps the error `from` kept, if any: the new flusher state of a writer inherited across
+    /// a fork (`Writer::adopt`) goes on reporting it. Never blocks on `from`'s lock, which a
+    /// thread of the parent may have held at the fork (such a holder was only adding a later
+    /// error, which changes nothing: the first was set before `failed`).
+    pub(crate) fn inherit_error(&self, from: &Shared) {
+        // Acquire: pairs with the Release store in set_error.
+        if !from.failed.load(Ordering::Acquire) {
+            return;
+        }
+        let copy = |e: &Option<StoredError>| {
+            e.as_ref().map(|e| StoredError {
+                kind: e.kind,
+                message: e.message.clone(),
+            })
+        };
+        let kept = match from.error.try_lock() {
+            Ok(guard) => copy(&guard),
+            Err(TryLockError::Poisoned(p)) => copy(&p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        *lock(&self.error) = Some(kept.unwrap_or_else(|| {
+            StoredError {
+                kind: io::ErrorKind::Other,
+                message: "a writeback error kept before the process forked (its message was \
+                      being read by another thread at the fork)"
+                    .to_string(),
+            }
+        }));
+        // Release: pairs with the Acquire load in check_error.
+        self.failed.store(true, Ordering::Release);
     }
 
     /// Records a write of `len > 0` bytes at `offset`; returns the dirty bytes now in flight and
@@ -314,7 +348,10 @@ impl Shared {
         if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Start) {
             self.set_error(
                 &e,
-                format!("starting writeback of bytes {}..{}", r.start, r.end),
+                format!(
+                    "sync_file_range(SYNC_FILE_RANGE_WRITE) of bytes {}..{}",
+                    r.start, r.end
+                ),
             );
         }
     }
@@ -364,7 +401,7 @@ impl Shared {
             inflight.ranges.remove(i);
             // Written back already, this returns at once, with the writeback's error if it failed.
             if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
-                self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+                self.set_error(&e, wait_call(r));
             }
             self.drop_range(fd, r);
             dropped = true;
@@ -421,7 +458,7 @@ impl Shared {
         while let Some(r) = inflight.ranges.pop_front() {
             if !fdatasync {
                 if let Err(e) = sys::fs::sync_file_range(&fd, r.start, r.len(), RangeSync::Wait) {
-                    self.set_error(&e, format!("writeback of bytes {}..{}", r.start, r.end));
+                    self.set_error(&e, wait_call(r));
                 }
             }
             self.drop_range(fd, r);
@@ -431,6 +468,14 @@ impl Shared {
         }
         synced
     }
+}
+
+/// The call that waits for the writeback of `r`, as an error message names it.
+fn wait_call(r: Range) -> String {
+    format!(
+        "the wait for the writeback of bytes {}..{} (sync_file_range)",
+        r.start, r.end
+    )
 }
 
 /// The flusher is kicked after this many bytes of writes: a sixteenth of the window rounded down
@@ -699,13 +744,22 @@ fn smooth(old: u64, rate: u64) -> u64 {
     new.max(1)
 }
 
+/// The pid in which the reaper and the submitter were started.
+static STARTED_IN: Mutex<[Option<u32>; 2]> = Mutex::new([None, None]);
+
+/// The flusher's locks a forked child could need, held by the forking thread across `fork(2)`
+/// (see `crate::fork`): the record of started threads, then the list of writers (the order in
+/// which [`Flusher::register`] takes them, one after the other).
+pub(crate) struct ForkHold {
+    _started: MutexGuard<'static, [Option<u32>; 2]>,
+    writers: MutexGuard<'static, Vec<Weak<Shared>>>,
+}
+
 /// Starts the flusher's two threads, the reaper (`pagepipe-reap`) and the submitter
 /// (`pagepipe-flush`), once per process. A forked child has no flusher threads (fork copies only
 /// the calling thread), so the pid each was started in is remembered and a child starts its
 /// own; a failed start is retried by the next writer.
 fn start_flusher() -> io::Result<()> {
-    /// The pid in which the reaper and the submitter were started.
-    static STARTED_IN: Mutex<[Option<u32>; 2]> = Mutex::new([None, None]);
     let pid = std::process::id();
     let mut started = lock(&STARTED_IN);
     let threads: [(&str, fn() -> !); 2] = [
@@ -783,6 +837,33 @@ fn lengthen_slice() -> io::Result<()> {
 }
 
 impl Flusher {
+    /// Takes the locks a forked child could need (see [`ForkHold`]).
+    pub(crate) fn hold_for_fork(&'static self) -> ForkHold {
+        let started = lock(&STARTED_IN);
+        ForkHold {
+            _started: started,
+            writers: lock(&self.writers),
+        }
+    }
+
+    /// In a forked child, on its only thread: forgets the parent's writers and what they
+    /// contributed to the process-wide counts. The child's flusher must never wait on the
+    /// parent's ranges: through the open file description the two processes share, that wait
+    /// would consume the writeback error the parent's `finish()` has to report. An inherited
+    /// writer used in the child takes new flusher state of its own (`Writer::adopt`).
+    pub(crate) fn forget_after_fork(&self, hold: &mut ForkHold) {
+        hold.writers.clear();
+        // Relaxed: the child has one thread; the threads it starts later see these stores.
+        self.total_dirty.store(0, Ordering::Relaxed);
+        self.active.store(0, Ordering::Relaxed);
+        self.inflight_bytes.store(0, Ordering::Relaxed);
+        self.overdraft.store(0, Ordering::Relaxed);
+        self.yielding.store(false, Ordering::Relaxed);
+        self.waiters.store(0, Ordering::Relaxed);
+        self.kick.store(0, Ordering::Relaxed);
+        self.reap.store(0, Ordering::Relaxed);
+    }
+
     pub(crate) fn register(&self, shared: &Arc<Shared>) -> io::Result<()> {
         start_flusher()?;
         lock(&self.writers).push(Arc::downgrade(shared));

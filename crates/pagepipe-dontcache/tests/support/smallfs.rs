@@ -1,6 +1,8 @@
-//! A small filesystem mounted for one test (tmpfs, or a loop-mounted ext4 image), shared by the
-//! tests of `pagepipe-dontcache` and `pagepipe-cp` (`#[path]`-included: not a test of its own).
-//! Mounting needs root; where it is forbidden the constructors say why, and the tests skip.
+//! A small filesystem mounted for one test (tmpfs, or a loop-mounted ext4 image), and a
+//! thin-provisioned one whose disk can be made to fail writeback on demand ([`ThinFs`]), shared
+//! by the tests of `pagepipe-dontcache` and `pagepipe-cp` (`#[path]`-included: not a test of its
+//! own). Mounting needs root; where it is forbidden the constructors say why, and the tests skip.
+#![allow(dead_code)] // each test file uses what it needs
 
 use std::fs::File;
 use std::io;
@@ -141,5 +143,102 @@ fn skip_unless(made: Result<SmallFs, String>, test: &str, what: &str) -> Option<
             println!("SKIPPED {test}: cannot {what} here ({why})");
             None
         }
+    }
+}
+
+/// A thin-provisioned disk: an ext4 filesystem (no journal, `errors=continue`) of 256 MiB on a
+/// loop device whose backing file is sparse, in a tmpfs of 64 MiB. The ext4 believes it has
+/// room; once [`ThinFs::exhaust`] has filled the tmpfs, every block the ext4 writes for the first
+/// time fails in the loop device: writes into the page cache succeed, their writeback fails
+/// (`ENOSPC`, as from a thin pool out of space), and the kernel records the error for the file.
+/// No journal, so that the failed metadata writes do not abort the filesystem.
+pub struct ThinFs {
+    /// The ext4's mount point.
+    pub dir: PathBuf,
+    /// The ext4, unmounted first (fields drop in order), then the loop device goes with it.
+    ext4: SmallFs,
+    /// The tmpfs holding the backing image.
+    backing: SmallFs,
+}
+
+impl ThinFs {
+    /// [`ThinFs::new`], or `None` after printing `SKIPPED {test}: ...` with the reason.
+    pub fn or_skip(test: &str) -> Option<ThinFs> {
+        match ThinFs::new() {
+            Ok(fs) => Some(fs),
+            Err(why) => {
+                println!("SKIPPED {test}: cannot make a thin-provisioned loop device here ({why})");
+                None
+            }
+        }
+    }
+
+    /// Mounts the tmpfs, makes the sparse image and its ext4, loop-mounts it.
+    pub fn new() -> Result<ThinFs, String> {
+        let dir = temp_path("thin-back");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(&dir)
+            .output();
+        let backing = SmallFs::mounted(dir, None, out)?;
+        let image = backing.dir.join("image");
+        let f = File::create(&image).map_err(|e| e.to_string())?;
+        f.set_len(256 << 20).map_err(|e| e.to_string())?;
+        let mkfs = Command::new("mkfs.ext4")
+            .args([
+                "-q",
+                "-F",
+                "-O",
+                "^has_journal",
+                "-E",
+                "nodiscard,lazy_itable_init=0",
+            ])
+            .arg(&image)
+            .output();
+        match mkfs {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Err(format!(
+                    "mkfs.ext4 failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ))
+            }
+            Err(e) => return Err(format!("mkfs.ext4 not runnable (install e2fsprogs): {e}")),
+        }
+        let dir = temp_path("thin-mnt");
+        std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-o", "loop,errors=continue"])
+            .arg(&image)
+            .arg(&dir)
+            .output();
+        let ext4 = SmallFs::mounted(dir, None, out)?;
+        Ok(ThinFs {
+            dir: ext4.dir.clone(),
+            ext4,
+            backing,
+        })
+    }
+
+    /// Fills the backing tmpfs: from now on the ext4's writeback of new blocks fails.
+    pub fn exhaust(&self) {
+        let mut f = File::create(self.backing.dir.join("filler")).unwrap();
+        let block = vec![0u8; 1 << 20];
+        loop {
+            if let Err(e) = io::Write::write_all(&mut f, &block) {
+                assert_eq!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSPC),
+                    "filling the tmpfs: {e}"
+                );
+                return;
+            }
+        }
+    }
+
+    /// Frees the backing tmpfs again: writeback works from now on.
+    pub fn replenish(&self) {
+        std::fs::remove_file(self.backing.dir.join("filler")).unwrap();
     }
 }
