@@ -1,6 +1,6 @@
 //! Generates the C header from the crate's `extern "C"` items into `OUT_DIR/pagepipe.h`.
-//! The checked-in `include/pagepipe.h` must equal it: `tests/header.rs` checks, and
-//! `scripts/pagepipe-c-header.sh` (or `PAGEPIPE_WRITE_HEADER=1 cargo build -p pagepipe-c`)
+//! The checked-in `include/pagepipe.h` must equal it: `tests/header.rs` checks (in
+//! `cargo test --workspace`, so in CI), and `PAGEPIPE_WRITE_HEADER=1 cargo build -p pagepipe-c`
 //! rewrites it.
 
 use std::path::PathBuf;
