@@ -106,7 +106,9 @@ int pp_reader_recv(int sock, pp_reader **out);
  Sets the environment variable `var` of this process to name new, inheritable descriptors
  of the read end, so that a program this process (or a child it forks) execs takes the end
  with `pp_reader_from_env(var, ...)`. The descriptors stay open in this process until this
- handle is closed. Like `setenv(3)`, not safe while other threads read the environment.
+ handle is closed, and every program it execs meanwhile inherits them (holding the end, as
+ an inherited pipe descriptor would): call it just before the fork and exec, and close the
+ handle after. Like `setenv(3)`, not safe while other threads read the environment.
  Returns 0, or -1 with `errno`: `EINVAL` for a null or closed handle or a null, empty or
  non-UTF-8 name or one holding `=`; the OS's error.
  */
@@ -192,7 +194,9 @@ int pp_writer_recv(int sock, pp_writer **out);
  Sets the environment variable `var` of this process to name new, inheritable descriptors
  of the write end, so that a program this process (or a child it forks) execs takes the end
  with `pp_writer_from_env(var, ...)`. The descriptors stay open in this process until this
- handle is closed. Like `setenv(3)`, not safe while other threads read the environment.
+ handle is closed, and every program it execs meanwhile inherits them (holding the end, as
+ an inherited pipe descriptor would): call it just before the fork and exec, and close the
+ handle after. Like `setenv(3)`, not safe while other threads read the environment.
  Returns 0, or -1 with `errno`: `EINVAL` for a null or closed handle or a null, empty or
  non-UTF-8 name or one holding `=`; the OS's error.
  */
