@@ -1,0 +1,25 @@
+//! Generates the C header from the crate's `extern "C"` items into `OUT_DIR/pagepipe.h`.
+//! The checked-in `include/pagepipe.h` must equal it: `tests/header.rs` checks (in
+//! `cargo test --workspace`, so in CI), and `PAGEPIPE_WRITE_HEADER=1 cargo build -p pagepipe-c`
+//! rewrites it.
+
+use std::path::PathBuf;
+
+fn main() {
+    let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("pagepipe.h");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    cbindgen::Builder::new()
+        .with_crate(&crate_dir)
+        .with_config(config)
+        .generate()
+        .expect("cbindgen generates the header")
+        .write_to_file(&out);
+    if std::env::var_os("PAGEPIPE_WRITE_HEADER").is_some() {
+        std::fs::copy(&out, crate_dir.join("include/pagepipe.h")).unwrap();
+    }
+    println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
+    println!("cargo:rerun-if-env-changed=PAGEPIPE_WRITE_HEADER");
+}

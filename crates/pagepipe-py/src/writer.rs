@@ -1,0 +1,123 @@
+//! `pagepipe.Writer`: the write end.
+
+use crate::buffer::Buffer;
+use crate::error::to_py;
+use crate::held::{from_fds, Held};
+use pagepipe::Writer;
+use pyo3::prelude::*;
+use std::io::{self, Write};
+use std::os::fd::RawFd;
+
+/// The write end of a pagepipe. `write(b)` blocks until all of `b` is in the pipe (a
+/// non-blocking end writes what fits); writes of at most `PIPE_BUF` bytes are atomic.
+/// `BrokenPipeError` once no reader is left in any process; `ValueError` once closed.
+#[pyclass(module = "pagepipe._native", name = "Writer", frozen)]
+pub(crate) struct PyWriter {
+    held: Held<Writer>,
+}
+
+impl PyWriter {
+    pub(crate) fn new(w: Writer) -> PyWriter {
+        PyWriter { held: Held::new(w) }
+    }
+}
+
+/// One `write`: all of `bytes` on a blocking end (the count so far if an error cuts it
+/// short, as `write(2)` returns), what fits on a non-blocking one.
+fn write(w: &Writer, bytes: &[u8]) -> io::Result<usize> {
+    let mut w = w;
+    if w.is_nonblocking() {
+        return w.write(bytes);
+    }
+    let mut done = 0;
+    while done < bytes.len() {
+        match w.write(&bytes[done..]) {
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[pymethods]
+impl PyWriter {
+    /// Writes the bytes of any buffer-protocol object `b`; returns the count. The GIL is
+    /// released while it copies and waits.
+    fn write(&self, py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let end = self.held.end()?;
+        let buf = Buffer::get(b, false)?;
+        let raw = buf.raw();
+        let result = py.detach(move || {
+            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+            let bytes = unsafe { raw.bytes() };
+            write(&end, bytes)
+        });
+        drop(buf);
+        result.map_err(to_py)
+    }
+
+    /// Closes this object's hold on the write end (readers see end of file once no process
+    /// holds one). Closing a closed end does nothing.
+    fn close(&self) {
+        self.held.close();
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.held.is_closed()
+    }
+
+    /// A descriptor for `select`, `selectors` and asyncio's `add_writer`: writable when a
+    /// write would not block. Owned by the end: do not close, read or write it.
+    fn fileno(&self) -> PyResult<RawFd> {
+        self.held.fileno()
+    }
+
+    /// Blocking (True) or non-blocking mode, for every holder of this end in every process.
+    fn set_blocking(&self, blocking: bool) -> PyResult<()> {
+        self.held.set_blocking(blocking)
+    }
+
+    /// Whether writes block.
+    fn get_blocking(&self) -> PyResult<bool> {
+        self.held.get_blocking()
+    }
+
+    /// The pipe's capacity in bytes.
+    #[getter]
+    fn capacity(&self) -> PyResult<usize> {
+        Ok(self.held.end()?.capacity())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.held.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match self.held.end() {
+            Ok(w) => format!("<pagepipe.Writer capacity={}>", w.capacity()),
+            Err(_) => "<pagepipe.Writer closed>".to_string(),
+        }
+    }
+
+    /// New descriptors of this end for a child process (see `pagepipe.__init__`).
+    #[pyo3(signature = (keep = true))]
+    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd, RawFd)> {
+        self.held.export_fds(keep)
+    }
+
+    /// The end whose descriptors `_export_fds` gave; takes them.
+    #[staticmethod]
+    fn _from_fds(m: RawFd, a: RawFd, b: RawFd) -> PyResult<PyWriter> {
+        Ok(PyWriter::new(from_fds(m, a, b)?))
+    }
+}

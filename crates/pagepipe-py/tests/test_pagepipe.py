@@ -1,0 +1,228 @@
+import array
+import asyncio
+import hashlib
+import multiprocessing
+import os
+import pickle
+import select
+import selectors
+import threading
+import time
+
+import pytest
+
+import pagepipe
+import helpers
+
+
+def test_write_read_and_end_of_file():
+    w, r = pagepipe.pipe()
+    assert w.write(b"hello") == 5
+    assert r.read(2) == b"he"
+    assert r.read(100) == b"llo"
+    w.close()
+    assert r.read(10) == b""
+    assert r.read() == b""
+    r.close()
+
+
+def test_read_all_until_end_of_file():
+    w, r = pagepipe.pipe()
+    t = threading.Thread(target=helpers.write_and_close, args=(w, helpers.pattern(1 << 20)))
+    t.start()
+    assert r.read() == helpers.pattern(1 << 20)
+    t.join()
+
+
+def test_any_buffer_is_written():
+    w, r = pagepipe.pipe()
+    assert w.write(bytearray(b"ab")) == 2
+    assert w.write(memoryview(b"xcdx")[1:3]) == 2
+    a = array.array("i", [1, 2])
+    assert w.write(a) == a.itemsize * 2
+    assert w.write(b"") == 0
+    assert r.read(4) == b"abcd"
+    assert r.read(100) == a.tobytes()
+
+
+def test_readinto_fills_the_callers_buffer():
+    w, r = pagepipe.pipe()
+    w.write(b"0123456789")
+    buf = bytearray(4)
+    assert r.readinto(buf) == 4 and buf == b"0123"
+    view = memoryview(bytearray(10))
+    assert r.readinto(view[2:5]) == 3 and bytes(view[2:5]) == b"456"
+    a = array.array("b", [0] * 8)
+    assert r.readinto(a) == 3 and a.tobytes()[:3] == b"789"
+    with pytest.raises(TypeError):
+        r.readinto(b"read-only")
+    w.close()
+    assert r.readinto(bytearray(4)) == 0
+
+
+def test_closed_ends_raise_value_error():
+    w, r = pagepipe.pipe()
+    with w, r:
+        pass
+    assert w.closed and r.closed
+    for call in (lambda: w.write(b"x"), w.fileno, lambda: r.read(1), r.fileno,
+                 lambda: r.readinto(bytearray(1)), lambda: w.set_blocking(False)):
+        with pytest.raises(ValueError):
+            call()
+    w.close()  # closing twice is fine, as for files
+    r.close()
+
+
+def test_broken_pipe_error_without_readers():
+    w, r = pagepipe.pipe()
+    r.close()
+    with pytest.raises(BrokenPipeError):
+        w.write(b"x")
+    with pytest.raises(BrokenPipeError):
+        w.write(bytes(1 << 20))
+
+
+def test_blocking_io_error_when_non_blocking():
+    w, r = pagepipe.pipe()
+    r.set_blocking(False)
+    w.set_blocking(False)
+    assert not r.get_blocking() and not w.get_blocking()
+    with pytest.raises(BlockingIOError):
+        r.read(10)
+    assert w.write(bytes(100_000)) == 65536  # what fits
+    with pytest.raises(BlockingIOError):
+        w.write(b"x")
+    assert len(r.read()) == 65536  # read(-1) on a non-blocking end: what is there
+    w.close()
+    assert r.read(10) == b""
+
+
+def test_bad_arguments_raise_value_error():
+    with pytest.raises(ValueError):
+        pagepipe.pipe(0)
+    with pytest.raises(ValueError):
+        pagepipe.pipe(1 << 40)
+    with pytest.raises(OverflowError):
+        pagepipe.pipe(-1)
+    w, r = pagepipe.pipe(100_000)
+    assert w.capacity == 131072
+
+
+def test_select_and_selectors_see_readiness():
+    w, r = pagepipe.pipe()
+    assert select.select([r], [], [], 0)[0] == []
+    assert select.select([], [w], [], 0)[1] == [w]
+    w.write(b"x")
+    assert select.select([r], [], [], 1)[0] == [r]
+    with selectors.DefaultSelector() as sel:
+        sel.register(r, selectors.EVENT_READ)
+        assert len(sel.select(1)) == 1
+    r.read(1)
+    w.close()
+    assert select.select([r], [], [], 1)[0] == [r]  # end of file is readable
+    assert r.read(1) == b""
+
+
+def test_asyncio_add_reader():
+    async def main():
+        w, r = pagepipe.pipe()
+        r.set_blocking(False)
+        loop = asyncio.get_running_loop()
+        got = loop.create_future()
+        loop.add_reader(r.fileno(), lambda: got.done() or got.set_result(r.read(100)))
+        loop.call_later(0.05, w.write, b"async")
+        data = await asyncio.wait_for(got, 5)
+        loop.remove_reader(r.fileno())
+        return data
+
+    assert asyncio.run(main()) == b"async"
+
+
+def test_the_gil_is_released_while_waiting():
+    w, r = pagepipe.pipe()
+    got = []
+    t = threading.Thread(target=lambda: got.append(r.read(5)))
+    t.start()
+    # The reader thread waits in read(); this thread must still run Python code.
+    spins = 0
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:
+        spins += 1
+    w.write(b"wake!")
+    t.join(5)
+    assert got == [b"wake!"] and spins > 1000
+
+
+def test_os_fork_inherits_the_ends():
+    w, r = pagepipe.pipe()
+    data = helpers.pattern(3 << 20)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r.close()
+            w.write(data)
+            w.close()
+        finally:
+            os._exit(0)
+    w.close()
+    assert r.read() == data  # end of file once the child's writer is gone
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_plain_pickle_refuses_an_end():
+    w, r = pagepipe.pipe()
+    with pytest.raises(TypeError):
+        pickle.dumps(w)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_child_writes(method):
+    ctx = multiprocessing.get_context(method)
+    w, r = pagepipe.pipe()
+    data = helpers.pattern(5 << 20)
+    p = ctx.Process(target=helpers.write_and_close, args=(w, data))
+    p.start()
+    w.close()  # now only the child holds the writer
+    got = bytearray(len(data))
+    view = memoryview(got)
+    n = 0
+    while True:
+        k = r.readinto(view[n:]) if n < len(got) else r.readinto(bytearray(1))
+        if k == 0:
+            break
+        n += k
+    p.join(30)
+    assert p.exitcode == 0
+    assert n == len(data) and got == data
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_child_reads(method):
+    ctx = multiprocessing.get_context(method)
+    w, r = pagepipe.pipe()
+    parent_conn, child_conn = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=helpers.read_all_and_report, args=(r, child_conn, w))
+    p.start()
+    r.close()
+    child_conn.close()
+    data = helpers.pattern(2 << 20)
+    w.write(data)
+    w.close()
+    assert parent_conn.recv() == hashlib.sha256(data).hexdigest()
+    p.join(30)
+    assert p.exitcode == 0
+
+
+def test_an_end_through_a_queue_to_a_running_process():
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    data = helpers.pattern(1 << 20)
+    p = ctx.Process(target=helpers.write_from_queue, args=(q, data))
+    p.start()
+    w, r = pagepipe.pipe()
+    q.put(w)  # pickled with the resource sharer, as multiprocessing passes a Connection
+    time.sleep(0.1)
+    w.close()
+    assert r.read() == data
+    p.join(30)
+    assert p.exitcode == 0
