@@ -134,7 +134,8 @@ pub(crate) trait Holders {
 }
 
 /// The calling thread's identity on a pipe: its thread id and the process's key.
-fn identity(h: &dyn Holders) -> io::Result<u64> {
+#[inline]
+fn identity<H: Holders + ?Sized>(h: &H) -> io::Result<u64> {
     Ok(u64::from(h.key()?) << 32 | u64::from(tid()?))
 }
 
@@ -164,7 +165,8 @@ impl SideLock {
     /// `WouldBlock` ([`Wait::Never`]) or `TimedOut` (deadline passed) while a live thread holds
     /// it; `Deadlock` if the word names the calling thread (it already holds this lock, for
     /// example through a chunk, or a peer wrote our identity into the region).
-    pub(crate) fn lock(&self, h: &dyn Holders, wait: Wait) -> io::Result<Taken> {
+    #[inline]
+    pub(crate) fn lock<H: Holders>(&self, h: &H, wait: Wait) -> io::Result<Taken> {
         let me = identity(h)?;
         let id = h.id(self);
         held::intend(id);
@@ -176,24 +178,18 @@ impl SideLock {
             .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
         {
             Ok(_) => Ok(Taken::Clean),
-            Err(_) => self.lock_slow(me, id, h, wait),
+            Err(_) => self.lock_slow(me, id, h as &dyn Holders, wait),
         };
-        match taken {
-            Ok(t) => {
-                held::add(id);
-                Ok(t)
-            }
-            Err(e) => {
-                held::cancel();
-                Err(e)
-            }
+        if taken.is_err() {
+            held::remove(id);
         }
+        taken
     }
 
     /// Takes the lock only if it is free, with one compare-and-swap: no spinning, no waiting,
     /// no look at a holder. For fast paths that fall back to [`SideLock::lock`] when it fails.
     #[inline]
-    pub(crate) fn try_lock(&self, h: &dyn Holders) -> bool {
+    pub(crate) fn try_lock<H: Holders + ?Sized>(&self, h: &H) -> bool {
         let Ok(me) = identity(h) else {
             return false; // `lock` reports why
         };
@@ -204,10 +200,8 @@ impl SideLock {
             .word
             .compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
-        if taken {
-            held::add(id);
-        } else {
-            held::cancel();
+        if !taken {
+            held::remove(id);
         }
         taken
     }
@@ -329,7 +323,7 @@ impl SideLock {
             };
         }
         if cur & !WAITERS == me {
-            if held::has(id) {
+            if held::held_before(id) {
                 return Look::Done(Err(io::Error::new(
                     io::ErrorKind::Deadlock,
                     "this thread already holds this side of the pipe (a chunk is alive)",
@@ -400,7 +394,8 @@ impl SideLock {
     /// that slept takes the lock with [`WAITERS`] set, so its own release wakes the next; a
     /// woken taker that died meanwhile delays the others by at most a [`TICK`] (their sleeps
     /// are bounded). Waking all would make every writer of a busy pipe contend at each release.
-    pub(crate) fn unlock(&self, h: &dyn Holders) {
+    #[inline]
+    pub(crate) fn unlock<H: Holders + ?Sized>(&self, h: &H) {
         held::remove(h.id(self));
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
         let old = self.word.swap(0, Ordering::Release);
@@ -413,7 +408,7 @@ impl SideLock {
     /// next taker takes it over and recovers the side's state ([`Taken::FromDead`]). For a
     /// taker that finds it must not use the side yet (a resize to settle first) after it may
     /// have taken it from a dead holder: an ordinary unlock would hide that recovery is owed.
-    pub(crate) fn abandon(&self, h: &dyn Holders) {
+    pub(crate) fn abandon<H: Holders + ?Sized>(&self, h: &H) {
         held::remove(h.id(self));
         // Release: as in `unlock` (we changed nothing, but pair anyway).
         let old = self.word.swap(DEAD_HOLDER, Ordering::Release);
@@ -461,8 +456,9 @@ impl SideLock {
 /// Which side locks each thread of this process holds, or is taking: what tells a word that
 /// names one of our threads because it holds the lock from one a peer wrote (nobody holds it).
 ///
-/// Each thread claims a slot in a static table and writes only its own slot: the lock it is
-/// taking (`intent`, published before its CAS by the CAS's Release) and the locks it holds. A
+/// Each thread claims a slot in a static table and writes only its own slot: the locks it holds
+/// or is taking (an entry written before the CAS that may take it, published by the CAS's
+/// Release, and cleared before the release or when the taking fails). A
 /// taker that finds another of our threads named in a word reads that thread's slot
 /// ([`held::involved`], slow path only). A thread that found no free slot makes every such
 /// question answer "involved" (cannot tell: wait, never take over).
@@ -475,13 +471,15 @@ mod held {
     /// Threads with a slot at once.
     const THREADS: usize = 1024;
 
+    /// Aligned to a pair of cache lines: threads write their own slots on every lock and
+    /// unlock, and must not share a line.
+    #[repr(align(128))]
     struct Slot {
         /// The owning thread's id; 0: free.
         tid: AtomicU32,
-        /// Holds that found no free entry.
+        /// Locks held or being taken that found no free entry.
         overflow: AtomicU32,
-        /// The lock being taken, 0 if none.
-        intent: AtomicU64,
+        /// Locks held, or being taken (written before the CAS that may take them).
         held: [AtomicU64; HELD],
     }
 
@@ -490,13 +488,11 @@ mod held {
             Slot {
                 tid: AtomicU32::new(0),
                 overflow: AtomicU32::new(0),
-                intent: AtomicU64::new(0),
                 held: [const { AtomicU64::new(0) }; HELD],
             }
         }
 
         fn clear(&self) {
-            self.intent.store(0, Ordering::Relaxed);
             self.overflow.store(0, Ordering::Relaxed);
             for h in &self.held {
                 h.store(0, Ordering::Relaxed);
@@ -513,6 +509,7 @@ mod held {
 
     impl Drop for Claim {
         fn drop(&mut self) {
+            MINE.with(|m| m.set(None));
             match self.0 {
                 Some(slot) => {
                     slot.clear();
@@ -526,12 +523,24 @@ mod held {
         }
     }
 
-    thread_local! {
-        static MINE: std::cell::RefCell<Option<Claim>> = const { std::cell::RefCell::new(None) };
+    /// What a thread found when it asked for a slot.
+    #[derive(Clone, Copy)]
+    enum Mine {
+        Slot(&'static Slot),
+        None,
     }
 
-    fn claim() -> Claim {
+    thread_local! {
+        /// This thread's slot, once asked (a plain cell: read on every lock and unlock).
+        static MINE: std::cell::Cell<Option<Mine>> = const { std::cell::Cell::new(None) };
+        /// Frees the slot when the thread exits (touched only when the slot is claimed).
+        static CLAIM: std::cell::RefCell<Option<Claim>> = const { std::cell::RefCell::new(None) };
+    }
+
+    #[cold]
+    fn claim() -> Mine {
         let tid = crate::sys::thread::gettid();
+        let mut found = Mine::None;
         for slot in &SLOTS {
             // Acquire: pairs with the Release free in `Claim::drop`.
             if slot.tid.load(Ordering::Relaxed) == 0
@@ -541,42 +550,38 @@ mod held {
                     .is_ok()
             {
                 slot.clear();
-                return Claim(Some(slot));
+                found = Mine::Slot(slot);
+                break;
             }
         }
-        UNSLOTTED.fetch_add(1, Ordering::Relaxed);
-        Claim(None)
+        let claim = match found {
+            Mine::Slot(s) => Claim(Some(s)),
+            Mine::None => {
+                UNSLOTTED.fetch_add(1, Ordering::Relaxed);
+                Claim(None)
+            }
+        };
+        // A thread being torn down cannot register a destructor: then keep nothing (the slot
+        // leaks, which only costs a slot).
+        let _ = CLAIM.try_with(|c| *c.borrow_mut() = Some(claim));
+        MINE.with(|m| m.set(Some(found)));
+        found
     }
 
     /// Runs `f` on this thread's slot (`None`: it has none).
+    #[inline]
     fn with_mine<R>(f: impl FnOnce(Option<&'static Slot>) -> R) -> R {
-        MINE.with(|m| {
-            let mut m = m.borrow_mut();
-            let slot = m.get_or_insert_with(claim).0;
-            f(slot)
+        let mine = MINE.with(|m| m.get()).unwrap_or_else(claim);
+        f(match mine {
+            Mine::Slot(s) => Some(s),
+            Mine::None => None,
         })
     }
 
-    /// Before the CAS that may take lock `id`.
+    /// Before the CAS that may take lock `id`: from here until [`remove`], this thread holds
+    /// or takes it (published by the CAS's Release).
+    #[inline]
     pub(super) fn intend(id: u64) {
-        with_mine(|s| {
-            if let Some(s) = s {
-                s.intent.store(id, Ordering::Relaxed);
-            }
-        });
-    }
-
-    /// The taking failed.
-    pub(super) fn cancel() {
-        with_mine(|s| {
-            if let Some(s) = s {
-                s.intent.store(0, Ordering::Relaxed);
-            }
-        });
-    }
-
-    /// Lock `id` is taken.
-    pub(super) fn add(id: u64) {
         with_mine(|s| {
             let Some(s) = s else { return };
             match s.held.iter().find(|h| h.load(Ordering::Relaxed) == 0) {
@@ -585,12 +590,11 @@ mod held {
                     s.overflow.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            // Release: a reader of our slot that sees the intent gone sees the hold.
-            s.intent.store(0, Ordering::Release);
         });
     }
 
-    /// Lock `id` is about to be released.
+    /// Lock `id` is about to be released, or was not taken.
+    #[inline]
     pub(super) fn remove(id: u64) {
         with_mine(|s| {
             let Some(s) = s else { return };
@@ -605,11 +609,16 @@ mod held {
         });
     }
 
-    /// Whether this thread holds lock `id` (true when it cannot tell).
-    pub(super) fn has(id: u64) -> bool {
+    /// During an attempt to take lock `id`: whether this thread held it already, besides
+    /// the attempt's own entry (true when it cannot tell).
+    pub(super) fn held_before(id: u64) -> bool {
         with_mine(|s| match s {
             Some(s) => {
-                s.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
+                s.held
+                    .iter()
+                    .filter(|h| h.load(Ordering::Relaxed) == id)
+                    .count()
+                    >= 2
                     || s.overflow.load(Ordering::Relaxed) > 0
             }
             None => true,
@@ -623,9 +632,7 @@ mod held {
             if slot.tid.load(Ordering::Relaxed) != tid {
                 continue;
             }
-            // Acquire: pairs with the Release in `add` (intent gone: the hold is visible).
-            return slot.intent.load(Ordering::Acquire) == id
-                || slot.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
+            return slot.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
                 || slot.overflow.load(Ordering::Relaxed) > 0;
         }
         UNSLOTTED.load(Ordering::Relaxed) > 0
@@ -639,9 +646,9 @@ mod held {
             slot.tid.store(0, Ordering::Relaxed);
         }
         UNSLOTTED.store(0, Ordering::Relaxed);
-        MINE.with(|m| {
-            if let Some(mut c) = m.borrow_mut().take() {
-                c.0 = None;
+        MINE.with(|m| m.set(None));
+        CLAIM.with(|c| {
+            if let Some(c) = c.borrow_mut().take() {
                 std::mem::forget(c); // its slot is freed above; its drop would count wrong
             }
         });
@@ -653,10 +660,8 @@ mod held {
 #[cfg(loom)]
 mod held {
     pub(super) fn intend(_id: u64) {}
-    pub(super) fn cancel() {}
-    pub(super) fn add(_id: u64) {}
     pub(super) fn remove(_id: u64) {}
-    pub(super) fn has(_id: u64) -> bool {
+    pub(super) fn held_before(_id: u64) -> bool {
         true
     }
     pub(super) fn involved(_tid: u32, _id: u64) -> bool {
