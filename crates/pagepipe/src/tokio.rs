@@ -308,23 +308,23 @@ impl AsyncRead for AsyncReader {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
-            if !reader.is_empty() {
+            if reader.slots_queued() {
                 // Data is queued but another holder has the read side (a chunk, a resize, a
                 // concurrent read): no wake-up will come; try again after other tasks ran.
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
             let eligible = || peer_elsewhere(&reader.end);
-            if this.spin.until(eligible, || !reader.is_empty()) {
+            if this.spin.until(eligible, || reader.slots_queued()) {
                 continue; // data came while we watched: no trip through the reactor
             }
             // A writer of this process wakes us directly; one elsewhere through the reactor.
             reader.end.waiters().register(cx.waker());
-            if !reader.is_empty() {
+            if reader.slots_queued() {
                 continue; // the recheck of the wakers' protocol
             }
             let mut guard = ready!(this.inner.poll_read_ready(cx))?;
-            if guard.ready().is_read_closed() && reader.is_empty() {
+            if guard.ready().is_read_closed() && !reader.slots_queued() {
                 // The kernel reported POLLHUP: no writer is left in any process (one that was
                 // killed bumped nothing that try_read looks at), and the ring is empty: end of
                 // file.

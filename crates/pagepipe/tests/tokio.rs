@@ -358,3 +358,48 @@ fn an_end_sent_while_a_task_waits_reaches_it_through_its_descriptor() {
         drop(w);
     }));
 }
+
+#[path = "support/peer.rs"]
+#[allow(dead_code)] // this file uses a part of it
+mod peer;
+
+/// CPU time the calling thread has used (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value; getrusage writes one into it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A peer raises the published byte counter without publishing a slot: an async read waits
+/// (for the data it will never see) instead of spinning on a count nothing backs.
+#[test]
+fn a_byte_count_a_peer_raised_does_not_spin_a_reader() {
+    const HEAD_BYTES: usize = 136; // region.rs pins the header: head's line, second word
+                                   // One thread runs the task and the reactor: its CPU time is the reader's.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (w, r) = pagepipe::pipe().unwrap();
+    let region = peer::Mapped::of(&w);
+    region.poke(HEAD_BYTES, 1 << 40);
+    let before = cpu_time();
+    let waited = rt.block_on(async move {
+        let mut r = AsyncReader::new(r).unwrap();
+        let mut buf = [0u8; 16];
+        tokio::time::timeout(Duration::from_millis(500), r.read(&mut buf))
+            .await
+            .is_err()
+    });
+    let used = cpu_time() - before;
+    assert!(waited, "a read returned with nothing published");
+    // A spinning reader burns the whole half second.
+    assert!(
+        used < Duration::from_millis(250),
+        "the reader spun: {used:?} of CPU in 500 ms"
+    );
+    drop(w);
+}

@@ -144,6 +144,14 @@ impl Reader {
         self.shared().queued_bytes()
     }
 
+    /// Whether slots are queued, by the index words (not by the byte counters, which a peer may
+    /// raise without publishing anything): what the async adapter waits on.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn slots_queued(&self) -> bool {
+        let (head, tail) = self.shared().indices();
+        head != tail
+    }
+
     /// True when no byte is queued (see [`Reader::len`]).
     ///
     /// # Examples
