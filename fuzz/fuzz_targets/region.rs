@@ -1,7 +1,8 @@
 //! A hostile peer against a live pipe: the input is a program of pipe operations interleaved
 //! with writes of arbitrary values at arbitrary offsets of the pipe's shared region (through a
-//! second mapping of its memory file, as another process would have). Every operation must
-//! return; a panic, a fault, an AddressSanitizer report or a hang is a bug.
+//! second mapping of its memory file, as another process would have), plus a list of writes a
+//! second thread repeats *concurrently* with the operations for as long as they run. Every
+//! operation must return; a panic, a fault, an AddressSanitizer report or a hang is a bug.
 #![no_main]
 
 #[path = "../../crates/pagepipe/tests/support/peer.rs"]
@@ -12,6 +13,21 @@ use libfuzzer_sys::fuzz_target;
 use pagepipe::{Builder, PoolPolicy};
 use peer::{header_word, Mapped};
 use std::io::{ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The region's words a poke may hit: the header, the slot table and the first arena pages.
+const WORDS: usize = (4096 + 64 * 1024 + 4096) / 8;
+
+/// The offset of poke target `word` (see header_word for the shared mode words left alone).
+fn offset(word: usize) -> usize {
+    let word = word % WORDS;
+    if word < 512 {
+        header_word(word)
+    } else {
+        word * 8
+    }
+}
 
 fn ok<T>(r: std::io::Result<T>) {
     if let Err(e) = r {
@@ -37,10 +53,35 @@ fuzz_target!(|input: &[u8]| {
         1 => PoolPolicy::None,
         _ => PoolPolicy::Unified { keep: 2, burst: 8 },
     };
+    // The concurrent peer's writes: up to 15 of (word: u16, value: u64), from the input's end.
+    let concurrent = usize::from(it.next().unwrap_or(0) % 16);
+    let tail = input.len().saturating_sub(concurrent * 10).max(input.len().min(2));
+    let pokes: Vec<(usize, u64)> = input[tail..]
+        .chunks_exact(10)
+        .map(|c| {
+            let word = u16::from_le_bytes([c[0], c[1]]) as usize;
+            (offset(word), u64::from_le_bytes(c[2..10].try_into().unwrap()))
+        })
+        .collect();
+    let mut it = input[tail.min(2)..tail].iter().copied();
     let (w, r) = Builder::new().capacity(65536).pool(policy).build().unwrap();
     w.set_nonblocking(true).unwrap();
     r.set_nonblocking(true).unwrap();
-    let map = Mapped::of(&w);
+    let map = Arc::new(Mapped::of(&w));
+    let stop = Arc::new(AtomicBool::new(false));
+    let peer = (!pokes.is_empty()).then(|| {
+        let (map, stop) = (map.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for &(off, v) in &pokes {
+                    if off + 8 <= map.len() {
+                        map.poke(off, v);
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        })
+    });
     let data = [0x5au8; 20_000];
     let mut buf = [0u8; 20_000];
     let arg = |it: &mut std::iter::Copied<std::slice::Iter<'_, u8>>| {
@@ -67,14 +108,8 @@ fuzz_target!(|input: &[u8]| {
                 let _ = (r.len(), w.free(), w.capacity(), w.spare_pages());
             }
             _ => {
-                // Poke: an aligned u64 in the header, the slot table or the first arena pages
-                // (see header_word for the shared mode words left alone).
-                let word = arg(&mut it) % ((4096 + 64 * 1024 + 4096) / 8);
-                let off = if word < 512 {
-                    header_word(word)
-                } else {
-                    word * 8
-                };
+                // Poke: an aligned u64 in the header, the slot table or the first arena pages.
+                let off = offset(arg(&mut it));
                 let mut v = [0u8; 8];
                 for b in &mut v {
                     *b = it.next().unwrap_or(0);
@@ -84,5 +119,9 @@ fuzz_target!(|input: &[u8]| {
                 }
             }
         }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(peer) = peer {
+        peer.join().unwrap();
     }
 });

@@ -55,6 +55,12 @@ impl Mapped {
     }
 }
 
+// SAFETY: the mapping is shared memory written only through `poke`'s volatile writes; a peer
+// writing it from another thread, concurrently with the pipe's own accesses, is the point.
+unsafe impl Send for Mapped {}
+// SAFETY: as for Send.
+unsafe impl Sync for Mapped {}
+
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly our mapping.
