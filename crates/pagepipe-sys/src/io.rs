@@ -41,3 +41,60 @@ pub fn readv(fd: BorrowedFd<'_>, bufs: &mut [std::io::IoSliceMut<'_>]) -> io::Re
         }
     }
 }
+
+/// A buffer the kernel reads or writes by address: `(start, len)`.
+pub type RawBuf = (*mut u8, usize);
+
+/// [`writev`] of buffers given by address (memory another process may write at the same time,
+/// to which no Rust reference may be formed).
+///
+/// # Safety
+/// Each `(start, len)` must be readable memory for the duration of the call.
+pub unsafe fn writev_raw(fd: BorrowedFd<'_>, bufs: &[RawBuf]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> = bufs
+        .iter()
+        .take(IOV_MAX)
+        .map(|&(p, l)| libc::iovec {
+            iov_base: p.cast(),
+            iov_len: l,
+        })
+        .collect();
+    loop {
+        // SAFETY: `iov` is a live array of iovecs describing memory the caller vouches for.
+        let rc = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// [`readv`] into buffers given by address (see [`writev_raw`]).
+///
+/// # Safety
+/// Each `(start, len)` must be writable memory that nothing else in this process uses for the
+/// duration of the call.
+pub unsafe fn readv_raw(fd: BorrowedFd<'_>, bufs: &[RawBuf]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> = bufs
+        .iter()
+        .take(IOV_MAX)
+        .map(|&(p, l)| libc::iovec {
+            iov_base: p.cast(),
+            iov_len: l,
+        })
+        .collect();
+    loop {
+        // SAFETY: `iov` is a live array of iovecs describing memory the caller vouches for.
+        let rc = unsafe { libc::readv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+        if rc >= 0 {
+            return Ok(rc as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}

@@ -247,3 +247,46 @@ fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
         ErrorKind::WouldBlock
     );
 }
+
+/// Where the ring's first page starts in the region of a pipe with 4 KiB slots: the header
+/// page, then the slot table for the largest ring (1 GiB of slots, 64 bytes each).
+const ARENA: usize = 4096 + (1 << 30) / 4096 * 64;
+
+/// Once another process may hold an end, a read chunk's safe slices are this process's copy:
+/// a peer's write to the ring leaves them as they were (a `&[u8]` over memory a peer writes
+/// would be undefined behaviour); the unchecked slices are the ring itself.
+#[test]
+fn a_read_chunk_of_an_exposed_pipe_is_a_copy() {
+    let (w, r) = pagepipe::pipe().unwrap();
+    (&w).write_all(b"original").unwrap();
+    let region = peer::Mapped::of(&w); // sends the end away: no longer confined
+    let chunk = r.read_chunk().unwrap();
+    let before: Vec<u8> = chunk.slices().flatten().copied().collect();
+    region.poke(ARENA, u64::from_le_bytes(*b"tampered"));
+    let after: Vec<u8> = chunk.slices().flatten().copied().collect();
+    assert_eq!(before, b"original");
+    assert_eq!(after, b"original");
+    // SAFETY: the peer's write above is over; nothing writes the ring while `raw` lives.
+    let raw: Vec<u8> = unsafe { chunk.slices_unchecked() }
+        .flatten()
+        .copied()
+        .collect();
+    assert_eq!(raw, b"tampered");
+}
+
+/// The same for a write chunk: its safe slices are a buffer of this process that `commit`
+/// copies into the ring, so a peer's write to the free page before the commit is overwritten.
+#[test]
+fn a_write_chunk_of_an_exposed_pipe_is_a_copy() {
+    let (w, mut r) = pagepipe::pipe().unwrap();
+    let region = peer::Mapped::of(&w);
+    let mut chunk = w.write_chunk().unwrap();
+    let (first, _) = chunk.as_mut_slices();
+    first[..8].copy_from_slice(b"ours....");
+    region.poke(ARENA, u64::from_le_bytes(*b"theirs!!"));
+    assert_eq!(chunk.commit(8), 8);
+    drop(w);
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"ours....");
+}

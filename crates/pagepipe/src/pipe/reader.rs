@@ -205,6 +205,7 @@ impl Reader {
                 return Ok(ReadChunk {
                     end: &self.end,
                     guard: rs,
+                    copy: std::cell::OnceCell::new(),
                 });
             }
             if nonblocking {
@@ -521,11 +522,14 @@ fn release(
 /// An empty chunk means end of file. In packet mode each slice is one packet (or its unread
 /// rest), and consuming part of a packet keeps the rest queued.
 ///
-/// Across processes: the slices are shared memory that well-behaved processes do not write
-/// while the chunk lives (the chunk holds the read side, and writers only append past a
-/// slot's end). A hostile process mapping the region could change the bytes under you: treat
-/// them as untrusted input, and copy what you must read twice. pagepipe itself never
-/// interprets them, and checks every offset before it forms a slice.
+/// **Zero copy, and when.** While the pipe is *confined* to this process (made here, and no
+/// end has been forked or sent away), no other process can write its memory, and
+/// [`ReadChunk::slices`] are the ring's own bytes. Once another process may hold an end, a
+/// peer could write those bytes while you hold a `&[u8]` to them, which Rust's rules call
+/// undefined behaviour whatever you do with them: the safe `slices` then copy the chunk into
+/// memory of this process first (once, at the first call), and [`ReadChunk::slices_unchecked`]
+/// is the zero-copy escape for callers that trust every process holding the pipe. pagepipe
+/// itself checks every offset before it reads, copies or forms a slice.
 ///
 /// A chunk stays on the thread that took it (it is not `Send`): the side it holds is held in
 /// that thread's name, and a chunk moved to another thread would outlive it if the thread
@@ -540,6 +544,9 @@ fn release(
 pub struct ReadChunk<'a> {
     end: &'a End,
     guard: ReadGuard<'a>,
+    /// The chunk copied out of the shared region (bytes, and each slot's range in them), for a
+    /// pipe another process may write (see the type's docs).
+    copy: std::cell::OnceCell<(Vec<u8>, Vec<std::ops::Range<usize>>)>,
 }
 
 impl ReadChunk<'_> {
@@ -560,18 +567,100 @@ impl ReadChunk<'_> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let copied =
+            (!self.end.shared.private()).then(|| self.copy.get_or_init(|| self.copy_out()));
+        let ring = self.guard.ring();
+        let tail = self.guard.tail;
+        (0..self.guard.cached_head - tail).map(move |k| match copied {
+            Some((bytes, ranges)) => &bytes[ranges[k as usize].clone()],
+            None => {
+                let (ptr, len) = self.slot_bytes(ring, tail + k);
+                // SAFETY: `slot_bytes` keeps the range inside the slot's page; no other
+                // process can write the region (the pipe is confined to this one) and no
+                // pagepipe code writes published slots while we hold the read side.
+                unsafe { std::slice::from_raw_parts(ptr, len) }
+            }
+        })
+    }
+
+    /// [`ReadChunk::slices`] as the ring's own bytes, always: no copy, whichever processes
+    /// hold the pipe.
+    ///
+    /// # Safety
+    /// No process may write these bytes while the returned slices live. Every process running
+    /// pagepipe respects that (the chunk holds the read side; writers only append past a
+    /// slot's end), so it holds when every process holding an end of the pipe is one you
+    /// trust to run pagepipe unmodified; a process that writes the shared region by other
+    /// means breaks it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// let (mut w, r) = pagepipe::pipe()?;
+    /// w.write_all(b"abc")?;
+    /// let chunk = r.read_chunk()?;
+    /// // SAFETY: both ends are in this process.
+    /// let first = unsafe { chunk.slices_unchecked() }.next();
+    /// assert_eq!(first, Some(&b"abc"[..]));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub unsafe fn slices_unchecked(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        // SAFETY: the caller's contract.
+        unsafe { self.raw_slices() }
+    }
+
+    /// The slots' bytes in the region, one slice per slot.
+    ///
+    /// # Safety
+    /// As [`ReadChunk::slices_unchecked`].
+    unsafe fn raw_slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let ring = self.guard.ring();
         (self.guard.tail..self.guard.cached_head).map(move |i| {
-            let (pos, slot) = ring.slot(i);
-            // Acquire: pairs with the writer's Release merge CAS (see `slot_range`). Clamped
-            // so that even a value a peer changed since `read_chunk` checked it stays in the page.
-            let end =
-                ((slot.state.load(Ordering::Acquire) & END_MASK) as usize).min(ring.slot_size());
-            let start = (slot.start.load(Ordering::Relaxed) as usize).min(end);
-            // SAFETY: start <= end <= slot_size: inside position pos's page; published data
-            // that no pagepipe code writes while we hold the read side (see the type's docs).
-            unsafe { std::slice::from_raw_parts(ring.page(pos).add(start), end - start) }
+            let (ptr, len) = self.slot_bytes(ring, i);
+            // SAFETY: `slot_bytes` keeps the range inside the slot's page; nobody writes it
+            // while the slices live (the caller's contract).
+            unsafe { std::slice::from_raw_parts(ptr, len) }
         })
+    }
+
+    /// Slot `i`'s published bytes: where they start and how many, clamped to its page whatever
+    /// a peer changed since `read_chunk` checked the slot.
+    fn slot_bytes(&self, ring: Ring<'_>, i: u64) -> (*const u8, usize) {
+        let (pos, slot) = ring.slot(i);
+        // Acquire: pairs with the writer's Release merge CAS (see `slot_range`).
+        let end = ((slot.state.load(Ordering::Acquire) & END_MASK) as usize).min(ring.slot_size());
+        let start = (slot.start.load(Ordering::Relaxed) as usize).min(end);
+        // SAFETY: start <= end <= slot_size: inside position pos's page.
+        (unsafe { ring.page(pos).add(start) }, end - start)
+    }
+
+    /// The chunk's bytes by address, one run per slot, for copies and system calls that must
+    /// not form a reference to memory a peer may write (splice, tee).
+    pub(crate) fn raw_runs(&self) -> impl Iterator<Item = (*const u8, usize)> + '_ {
+        let ring = self.guard.ring();
+        (self.guard.tail..self.guard.cached_head).map(move |i| self.slot_bytes(ring, i))
+    }
+
+    /// Copies the chunk out of the shared region, through raw pointers only (no reference to
+    /// memory a peer may write is ever formed).
+    fn copy_out(&self) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let ring = self.guard.ring();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut ranges = Vec::new();
+        for i in self.guard.tail..self.guard.cached_head {
+            let (ptr, len) = self.slot_bytes(ring, i);
+            let at = bytes.len();
+            bytes.reserve(len);
+            // SAFETY: `ptr..ptr + len` lies in the slot's page (slot_bytes); `bytes` has room
+            // for `len` more bytes past `at`, which we then mark initialized.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, bytes.as_mut_ptr().add(at), len);
+                bytes.set_len(at + len);
+            }
+            ranges.push(at..at + len);
+        }
+        (bytes, ranges)
     }
 
     /// Total bytes in [`ReadChunk::slices`].

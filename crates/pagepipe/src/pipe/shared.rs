@@ -369,10 +369,19 @@ impl Shared {
     /// the async adapters need no descriptor: every transition is made by this process, which
     /// wakes them through [`Shared::wakers`].
     #[cfg(not(loom))]
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
     pub(crate) fn confined(&self) -> bool {
         !self.exposed.load(std::sync::atomic::Ordering::Relaxed)
             && FORKS.load(std::sync::atomic::Ordering::Relaxed) == self.born_forks
+    }
+
+    /// Whether no other process can write the region (see [`Shared::confined`]): what lets the
+    /// chunk API hand out slices over it (see `ReadChunk::slices`). Under loom, always.
+    #[inline]
+    pub(crate) fn private(&self) -> bool {
+        #[cfg(not(loom))]
+        return self.confined();
+        #[cfg(loom)]
+        return true;
     }
 
     /// Notes that an end of this pipe is going to, or came from, another process (see

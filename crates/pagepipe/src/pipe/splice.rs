@@ -19,7 +19,7 @@ use crate::error::invalid;
 use crate::pipe::reader::Reader;
 use crate::pipe::writer::Writer;
 use crate::sys;
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io;
 use std::os::fd::AsFd;
 
 /// Buffers per `writev` of [`Reader::splice_to`]: 64 slots, 256 KiB of 4 KiB slots.
@@ -54,21 +54,23 @@ impl Reader {
         }
         let chunk = self.read_chunk()?;
         let n = {
-            let mut iov = [IoSlice::new(&[]); IOVS];
+            let mut iov: [sys::io::RawBuf; IOVS] = [(std::ptr::null_mut(), 0); IOVS];
             let (mut used, mut left) = (0, len);
-            for s in chunk.slices().take(IOVS) {
+            for (p, l) in chunk.raw_runs().take(IOVS) {
                 if left == 0 {
                     break;
                 }
-                let s = &s[..s.len().min(left)];
-                left -= s.len();
-                iov[used] = IoSlice::new(s);
+                let l = l.min(left);
+                left -= l;
+                iov[used] = (p.cast_mut(), l);
                 used += 1;
             }
             if used == 0 {
                 return Ok(0); // end of file
             }
-            sys::io::writev(fd.as_fd(), &iov[..used])?
+            // SAFETY: each run lies in a slot page of the region, mapped while `chunk` lives;
+            // the kernel only reads it (by address: no reference to memory a peer may write).
+            unsafe { sys::io::writev_raw(fd.as_fd(), &iov[..used])? }
         };
         chunk.consume(n);
         Ok(n)
@@ -102,14 +104,17 @@ impl Writer {
         if len == 0 {
             return Ok(0);
         }
-        let mut chunk = self.write_chunk()?;
+        let chunk = self.write_chunk()?;
         let n = {
-            let (a, b) = chunk.as_mut_slices();
-            let la = a.len().min(len);
-            let lb = b.len().min(len - la);
-            let mut iov = [IoSliceMut::new(&mut a[..la]), IoSliceMut::new(&mut b[..lb])];
+            let [(pa, la), (pb, lb)] = chunk.raw_runs();
+            let la = la.min(len);
+            let lb = lb.min(len - la);
+            let iov = [(pa, la), (pb, lb)];
             let used = if lb == 0 { 1 } else { 2 };
-            sys::io::readv(fd.as_fd(), &mut iov[..used])?
+            // SAFETY: both runs are free slot pages of the region, mapped while `chunk` lives
+            // and used by no pagepipe code while it holds the write side; the kernel writes
+            // them by address (no reference to memory a peer may touch).
+            unsafe { sys::io::readv_raw(fd.as_fd(), &iov[..used])? }
         };
         Ok(chunk.commit(n))
     }
@@ -177,11 +182,8 @@ fn transfer(from: &Reader, to: &Writer, len: usize, consume: bool) -> io::Result
     if src.is_empty() {
         return Ok(0); // end of file
     }
-    let mut dst = to.write_chunk()?;
-    let n = {
-        let (a, b) = dst.as_mut_slices();
-        copy_runs(src.slices(), [a, b], len)
-    };
+    let dst = to.write_chunk()?;
+    let n = copy_runs(src.raw_runs(), dst.raw_runs(), len);
     let n = dst.commit(n);
     if consume {
         src.consume(n);
@@ -189,20 +191,30 @@ fn transfer(from: &Reader, to: &Writer, len: usize, consume: bool) -> io::Result
     Ok(n)
 }
 
-/// Copies the bytes of `src`, in order, into `dst` (the first slice, then the second), at most
-/// `len` of them; returns the count.
-fn copy_runs<'a>(src: impl Iterator<Item = &'a [u8]>, dst: [&mut [u8]; 2], len: usize) -> usize {
-    let mut dst = dst.into_iter().filter(|d| !d.is_empty());
+/// Copies the bytes of the runs `src`, in order, into the runs `dst` (the first, then the
+/// second), at most `len` of them; returns the count. By address only: both sides are shared
+/// memory another process may touch, to which no reference is formed.
+fn copy_runs(
+    src: impl Iterator<Item = (*const u8, usize)>,
+    dst: [(*mut u8, usize); 2],
+    len: usize,
+) -> usize {
+    let mut dst = dst.into_iter().filter(|d| d.1 != 0);
     let (mut out, mut off, mut n) = (dst.next(), 0, 0);
-    for mut s in src {
-        while !s.is_empty() && n < len {
-            let Some(d) = out.as_deref_mut() else {
+    for (mut p, mut l) in src {
+        while l != 0 && n < len {
+            let Some((d, dl)) = out else {
                 return n;
             };
-            let c = s.len().min(d.len() - off).min(len - n);
-            d[off..off + c].copy_from_slice(&s[..c]);
-            (s, off, n) = (&s[c..], off + c, n + c);
-            if off == d.len() {
+            let c = l.min(dl - off).min(len - n);
+            // SAFETY: `p..p+c` lies in a source run and `d+off..d+off+c` in a destination run
+            // (c <= l and off + c <= dl), runs of two different pipes' regions (checked by the
+            // caller), so they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(p, d.add(off), c) };
+            // SAFETY: c <= l: still within (or one past) the source run.
+            p = unsafe { p.add(c) };
+            (l, off, n) = (l - c, off + c, n + c);
+            if off == dl {
                 (out, off) = (dst.next(), 0);
             }
         }
@@ -227,10 +239,13 @@ mod tests {
     #[test]
     fn runs_copy_across_both_destinations() {
         let src: [&[u8]; 3] = [b"abc", b"", b"defgh"];
+        let runs = || src.iter().map(|s| (s.as_ptr(), s.len()));
         let (mut a, mut b) = ([0u8; 3], [0u8; 4]);
-        assert_eq!(super::copy_runs(src.into_iter(), [&mut a, &mut b], 6), 6);
+        let dst = [(a.as_mut_ptr(), 3), (b.as_mut_ptr(), 4)];
+        assert_eq!(super::copy_runs(runs(), dst, 6), 6);
         assert_eq!((&a, &b[..3]), (b"abc", &b"def"[..]));
         let (mut a, mut b) = ([0u8; 2], [0u8; 0]);
-        assert_eq!(super::copy_runs(src.into_iter(), [&mut a, &mut b], 99), 2);
+        let dst = [(a.as_mut_ptr(), 2), (b.as_mut_ptr(), 0)];
+        assert_eq!(super::copy_runs(runs(), dst, 99), 2);
     }
 }

@@ -245,6 +245,7 @@ impl Writer {
                     end: &self.end,
                     guard: ws,
                     free: free as usize,
+                    staging: None,
                 });
             }
             if self.is_nonblocking() {
@@ -617,10 +618,13 @@ unsafe fn stage(sh: &Shared, ring: Ring<'_>, head: u64, src: Option<&mut Source<
 /// Committed bytes form whole slots, never merged into earlier data; a later `write` may merge
 /// into the last one, as with any write.
 ///
-/// Across processes: the slices are shared memory. Until [`WriteChunk::commit`] no well-behaved
-/// process reads or writes them (the chunk holds the write side, and readers never look past
-/// `head`), but a hostile process mapping the region could; what it could change is only the
-/// bytes themselves, which pagepipe never interprets.
+/// **Zero copy, and when.** While the pipe is confined to this process (made here, no end
+/// forked or sent away), [`WriteChunk::as_mut_slices`] are the ring's own free pages. Once
+/// another process may hold an end, a peer could touch them while you hold a `&mut [u8]`,
+/// which Rust's rules call undefined behaviour: the safe slices are then a buffer of this
+/// process, copied into the ring by [`WriteChunk::commit`], and
+/// [`WriteChunk::as_mut_slices_unchecked`] is the zero-copy escape for callers that trust every
+/// process holding the pipe.
 ///
 /// Like a [`ReadChunk`](crate::ReadChunk), a chunk stays on the thread that took it (it is not
 /// `Send`: the side it holds is held in that thread's name).
@@ -636,6 +640,9 @@ pub struct WriteChunk<'a> {
     guard: WriteGuard<'a>,
     /// Free slots from `guard.head` on, at least one.
     free: usize,
+    /// The safe slices' buffer when another process may write the region (see the type's
+    /// docs); `commit` copies from it.
+    staging: Option<Vec<u8>>,
 }
 
 impl WriteChunk<'_> {
@@ -673,20 +680,71 @@ impl WriteChunk<'_> {
     /// # Examples
     /// See [`WriteChunk::len`].
     pub fn as_mut_slices(&mut self) -> (&mut [u8], &mut [u8]) {
+        if self.end.shared.private() && self.staging.is_none() {
+            // SAFETY: no other process can touch the region (the pipe is confined to this
+            // one), and no pagepipe code touches free slots while we hold the write side.
+            return unsafe { self.as_mut_slices_unchecked() };
+        }
+        let (la, lb) = self.runs();
+        let buf = self.staging.get_or_insert_with(|| vec![0; la + lb]);
+        buf.split_at_mut(la)
+    }
+
+    /// [`WriteChunk::as_mut_slices`] as the ring's own free pages, always: no copy at
+    /// [`WriteChunk::commit`], whichever processes hold the pipe. Use one or the other for a
+    /// chunk: once the safe slices were taken, `commit` copies from their buffer.
+    ///
+    /// # Safety
+    /// No other process may read or write these bytes while the returned slices live. Every
+    /// process running pagepipe respects that (the chunk holds the write side; readers never
+    /// look past the published head), so it holds when every process holding an end of the
+    /// pipe is one you trust to run pagepipe unmodified.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (w, r) = pagepipe::pipe()?;
+    /// let mut chunk = w.write_chunk()?;
+    /// // SAFETY: both ends are in this process.
+    /// let (first, _) = unsafe { chunk.as_mut_slices_unchecked() };
+    /// first[..2].copy_from_slice(b"hi");
+    /// chunk.commit(2);
+    /// assert_eq!(r.len(), 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub unsafe fn as_mut_slices_unchecked(&mut self) -> (&mut [u8], &mut [u8]) {
         let ring = self.guard.ring();
         let first = ring::slot(self.guard.head, ring.size);
-        let a = self.free.min(ring.size - first);
+        let (la, lb) = self.runs();
         let (pa, pb) = (ring.page(first), ring.page(0));
-        let (la, lb) = (a * ring.slot_size(), (self.free - a) * ring.slot_size());
         // SAFETY: positions first..first+a and 0..free-a are free slots, contiguous in the arena
         // and disjoint (free <= ring_size); we hold the write side, so no pagepipe code in any
-        // process touches them while `self` is mutably borrowed (see the type's docs).
+        // process touches them while `self` is mutably borrowed, and the caller vouches for
+        // every other writer of the region.
         unsafe {
             (
                 std::slice::from_raw_parts_mut(pa, la),
                 std::slice::from_raw_parts_mut(pb, lb),
             )
         }
+    }
+
+    /// The chunk's two runs of free pages by address, for copies and system calls that must
+    /// not form a reference to memory a peer may touch (splice, tee). Bytes placed there are
+    /// published by `commit` as long as the safe slices were not taken.
+    pub(crate) fn raw_runs(&self) -> [(*mut u8, usize); 2] {
+        let ring = self.guard.ring();
+        let first = ring::slot(self.guard.head, ring.size);
+        let (la, lb) = self.runs();
+        [(ring.page(first), la), (ring.page(0), lb)]
+    }
+
+    /// The lengths of the chunk's two runs of free pages (the ring wraps once).
+    fn runs(&self) -> (usize, usize) {
+        let ring = self.guard.ring();
+        let first = ring::slot(self.guard.head, ring.size);
+        let a = self.free.min(ring.size - first);
+        (a * ring.slot_size(), (self.free - a) * ring.slot_size())
     }
 
     /// Publishes the first `n` bytes written through [`WriteChunk::as_mut_slices`] and returns `n`.
@@ -705,6 +763,18 @@ impl WriteChunk<'_> {
         let sh = self.guard.sh;
         let ring = self.guard.ring();
         let ss = ring.slot_size();
+        if let Some(buf) = self.staging.take() {
+            // The safe slices' bytes, into the two runs of pages, through raw pointers only.
+            let (la, _) = self.runs();
+            let first = ring::slot(self.guard.head, ring.size);
+            let (a, b) = (n.min(la), n.saturating_sub(la));
+            // SAFETY: a <= la and b <= lb: inside the chunk's two runs of free pages (see
+            // `as_mut_slices_unchecked`); `buf` is this process's memory of la + lb bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), ring.page(first), a);
+                std::ptr::copy_nonoverlapping(buf.as_ptr().add(la), ring.page(0), b);
+            }
+        }
         let mut head = self.guard.head;
         for off in (0..n).step_by(ss) {
             // SAFETY: slot `head` is one of the chunk's free slots; the bytes are already in
