@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="${PAGEPIPE_PY_VENV:-${CARGO_TARGET_DIR:-target}/py-venv}"
+venv="$(realpath -m "$venv")" # absolute: the tests run from another directory
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
