@@ -9,6 +9,15 @@ pub fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+/// Milliseconds on `CLOCK_MONOTONIC` (`clock_gettime(2)`; through the vDSO, no system call).
+pub fn monotonic_ms() -> u64 {
+    // SAFETY: an all-zero timespec is a valid value; clock_gettime writes one into it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
 /// What `/proc/<tid>/stat` says of a thread (`proc(5)`): `Ok(Some(start))` with the low 32
 /// bits of its start time in clock ticks since boot; `Ok(None)` if no such thread exists (or it
 /// is a zombie or dead); `Err` when it cannot be told: procfs missing, out of descriptors or

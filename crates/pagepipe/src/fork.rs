@@ -38,6 +38,9 @@ thread_local! {
     /// The registered owners' locks held across a fork by the forking thread.
     static FORK_HOLDS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    /// The process keys' list, held across a fork by the forking thread.
+    static FORK_KEYS: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::shared::OwnKeys>>> =
+        const { std::cell::RefCell::new(None) };
     /// The death watcher's lock, held across a fork by the forking thread.
     static FORK_WATCH: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::watch::Watcher>>> =
         const { std::cell::RefCell::new(None) };
@@ -50,6 +53,8 @@ extern "C" fn before_fork() {
     let holds = guard.hold_owners_for_fork();
     FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+    let keys = crate::pipe::shared::own_keys();
+    FORK_KEYS.with(|k| *k.borrow_mut() = Some(keys));
     let watch = crate::watch::before_fork();
     FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
 }
@@ -64,6 +69,7 @@ fn release_fork_locks() {
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
     FORK_WATCH.with(|w| drop(w.borrow_mut().take()));
+    FORK_KEYS.with(|k| drop(k.borrow_mut().take()));
     release_fork_locks();
 }
 
@@ -77,6 +83,9 @@ extern "C" fn after_fork_child() {
     });
     if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {
         crate::watch::after_fork_child(watch);
+    }
+    if let Some(mut keys) = FORK_KEYS.with(|k| k.borrow_mut().take()) {
+        keys.clear(); // the parent's keys; the child takes its own
     }
     release_fork_locks();
 }

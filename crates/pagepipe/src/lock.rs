@@ -43,11 +43,11 @@ const TID_MASK: u64 = WAITERS - 1;
 #[cfg(not(loom))]
 static LAST_DEATH_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Milliseconds since this process first asked (never 0).
+/// Milliseconds on the monotonic clock (never 0). No lazily initialized state: safe in a
+/// child forked while another thread was here.
 #[cfg(not(loom))]
 fn clock_ms() -> u64 {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+    crate::sys::thread::monotonic_ms() + 1
 }
 
 /// The death watcher saw a peer process die (see `watch.rs`): for a while, contended takers
@@ -131,6 +131,9 @@ pub(crate) trait Holders {
     fn id(&self, lock: &SideLock) -> u64;
     /// Whether the process whose key is `key` (not this one) still holds the pipe.
     fn process_alive(&self, key: u32) -> io::Result<bool>;
+    /// Whether `key` is this process's through another mapping of the same pipe (an end
+    /// received from ourselves): its holders are threads of ours, asked as ours are.
+    fn ours(&self, key: u32) -> bool;
 }
 
 /// The calling thread's identity on a pipe: its thread id and the process's key.
@@ -216,11 +219,18 @@ impl SideLock {
         let mut spins = 0u32;
         let mut waited = 0u64; // WAITERS once we have slept: others may sleep too
         let mut suspect = None; // a holder seen through a whole tick
+        let mut races = 0u32; // CASes lost in a row: the word keeps changing under us
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            match self.look(cur, me, id, waited) {
+            match self.look(cur, me, id, waited, h) {
                 Look::Done(r) => return r,
-                Look::Again => continue,
+                Look::Again => {
+                    races += 1;
+                    if races % RACES == 0 {
+                        self.lost_races(&wait, deadline)?;
+                    }
+                    continue;
+                }
                 Look::Held => {}
             }
             if spins < SPINS {
@@ -236,6 +246,10 @@ impl SideLock {
             if check && !holder_alive(cur, me, id, h)? {
                 if self.take_over(cur, me, id) {
                     return Ok(Taken::FromDead);
+                }
+                races += 1;
+                if races % RACES == 0 {
+                    self.lost_races(&wait, deadline)?;
                 }
                 continue;
             }
@@ -273,6 +287,27 @@ impl SideLock {
         }
     }
 
+    /// After [`RACES`] lost CASes in a row (only a peer rewriting the word on purpose keeps
+    /// winning): a non-blocking taker gives up, a blocking one checks its deadline and lets the
+    /// CPU go for a moment.
+    #[cold]
+    fn lost_races(&self, wait: &Wait, deadline: Option<Instant>) -> io::Result<()> {
+        if matches!(wait, Wait::Never) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the pipe's side lock keeps changing under us",
+            ));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "timed out: the pipe's side lock keeps changing under us",
+            ));
+        }
+        crate::sync::yield_now();
+        Ok(())
+    }
+
     /// [`Wait::Spin`]'s loop: CAS when the word looks free, else spin (yielding the CPU every
     /// [`SPIN_YIELD`] turns), and every [`SPIN_CHECK`] turns take the lock over if the holder
     /// the word names is dead.
@@ -283,7 +318,7 @@ impl SideLock {
         let _ = until;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
-            match self.look(cur, me, id, cur & WAITERS) {
+            match self.look(cur, me, id, cur & WAITERS, h) {
                 Look::Done(r) => return r,
                 Look::Again => continue,
                 Look::Held => {}
@@ -309,7 +344,7 @@ impl SideLock {
 
     /// What every taker does with a word `cur` it loaded, before it would wait: takes a free
     /// lock (keeping the `keep` flag bits), or reports one that names the caller.
-    fn look(&self, cur: u64, me: u64, id: u64, keep: u64) -> Look {
+    fn look(&self, cur: u64, me: u64, id: u64, keep: u64, h: &dyn Holders) -> Look {
         if cur & TID_MASK == 0 {
             // AcqRel: as in `lock`.
             return match self.word.compare_exchange(
@@ -322,7 +357,18 @@ impl SideLock {
                 Err(_) => Look::Again,
             };
         }
-        if cur & !WAITERS == me {
+        let (tid, key) = (cur & TID_MASK, cur >> 32);
+        if tid == TID_MASK || key == 0 {
+            // No thread or process has this identity (an abandoned lock, or a peer's value):
+            // dead without asking anyone.
+            return match self.take_over(cur, me, id) {
+                true => Look::Done(Ok(Taken::FromDead)),
+                false => Look::Again,
+            };
+        }
+        let mine =
+            cur & !WAITERS == me || (tid == me & TID_MASK && key != me >> 32 && h.ours(key as u32));
+        if mine {
             if held::held_before(id) {
                 return Look::Done(Err(io::Error::new(
                     io::ErrorKind::Deadlock,
@@ -350,7 +396,8 @@ impl SideLock {
     /// a new one gets that key only after a pid wraps around.
     fn take_over(&self, cur: u64, me: u64, id: u64) -> bool {
         // AcqRel: as in `lock`; and the holder's writes before it died are visible through the
-        // shared memory anyway (it can release nothing any more).
+        // shared memory anyway (it can release nothing any more). Acquire (the reload below):
+        // pairs with a release that overwrote us, as in `lock`.
         if self
             .word
             .compare_exchange(
@@ -364,17 +411,21 @@ impl SideLock {
             return false;
         }
         let ours = cur >> 32 == me >> 32 && cur & !WAITERS != me;
-        if ours && held::involved((cur & TID_MASK) as u32, id) {
+        if !ours {
+            return true;
+        }
+        let taken = me | (cur & WAITERS);
+        if held::involved((cur & TID_MASK) as u32, id) {
             // Relaxed: we changed nothing; the holder keeps its lock as it took it.
-            let _ = self.word.compare_exchange(
-                me | (cur & WAITERS),
-                cur,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            let _ = self
+                .word
+                .compare_exchange(taken, cur, Ordering::Relaxed, Ordering::Relaxed);
             return false;
         }
-        true
+        // That thread neither holds nor takes the lock now. If it held it again between our
+        // check and our CAS and released it since, its release (a swap to 0) overwrote our
+        // identity: then we do not hold it either. A hold it starts from here on fails its CAS.
+        self.word.load(Ordering::Acquire) & !WAITERS == me
     }
 
     /// Whether a live thread holds the lock (a snapshot). A holder whose liveness cannot be
@@ -396,9 +447,12 @@ impl SideLock {
     /// are bounded). Waking all would make every writer of a busy pipe contend at each release.
     #[inline]
     pub(crate) fn unlock<H: Holders + ?Sized>(&self, h: &H) {
-        held::remove(h.id(self));
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
         let old = self.word.swap(0, Ordering::Release);
+        // Only now: until the swap, a taker that finds our identity here must still hear that
+        // we hold the lock (or it would take it from us). A stale entry after the swap only
+        // makes such a taker wait for a word that no longer names us.
+        held::remove(h.id(self));
         if old & WAITERS != 0 {
             self.wake_one();
         }
@@ -409,9 +463,10 @@ impl SideLock {
     /// taker that finds it must not use the side yet (a resize to settle first) after it may
     /// have taken it from a dead holder: an ordinary unlock would hide that recovery is owed.
     pub(crate) fn abandon<H: Holders + ?Sized>(&self, h: &H) {
-        held::remove(h.id(self));
-        // Release: as in `unlock` (we changed nothing, but pair anyway).
+        // Release: as in `unlock` (we changed nothing, but pair anyway); the hold is forgotten
+        // after the swap, as in `unlock`.
         let old = self.word.swap(DEAD_HOLDER, Ordering::Release);
+        held::remove(h.id(self));
         if old & WAITERS != 0 {
             self.wake_one();
         }
@@ -541,7 +596,16 @@ mod held {
     fn claim() -> Mine {
         let tid = crate::sys::thread::gettid();
         let mut found = Mine::None;
+        // A slot already carrying our id was left by an earlier thread with this id that could
+        // not free it (it took a lock while its thread-locals were being torn down): stale.
         for slot in &SLOTS {
+            if slot.tid.load(Ordering::Relaxed) == tid {
+                slot.clear();
+                found = Mine::Slot(slot);
+                break;
+            }
+        }
+        for slot in SLOTS.iter().filter(|_| matches!(found, Mine::None)) {
             // Acquire: pairs with the Release free in `Claim::drop`.
             if slot.tid.load(Ordering::Relaxed) == 0
                 && slot
@@ -628,14 +692,16 @@ mod held {
     /// Whether thread `tid` of this process holds or is taking lock `id` (true when it cannot
     /// tell). The caller loaded a word naming `tid` and fenced (Acquire) since.
     pub(super) fn involved(tid: u32, id: u64) -> bool {
-        for slot in &SLOTS {
-            if slot.tid.load(Ordering::Relaxed) != tid {
-                continue;
-            }
-            return slot.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
-                || slot.overflow.load(Ordering::Relaxed) > 0;
-        }
-        UNSLOTTED.load(Ordering::Relaxed) > 0
+        // Every slot with that id (a stale one may precede the live one), and the threads with
+        // no slot at all.
+        SLOTS
+            .iter()
+            .filter(|slot| slot.tid.load(Ordering::Relaxed) == tid)
+            .any(|slot| {
+                slot.held.iter().any(|h| h.load(Ordering::Relaxed) == id)
+                    || slot.overflow.load(Ordering::Relaxed) > 0
+            })
+            || UNSLOTTED.load(Ordering::Relaxed) > 0
     }
 
     /// In a forked child, on its only thread: the other threads' slots name threads of the
@@ -676,6 +742,9 @@ const SPINS: u32 = 100;
 #[cfg(loom)]
 const SPINS: u32 = 0;
 
+/// Lost CASes in a row after which a taker stops to think (see `SideLock::lost_races`).
+const RACES: u32 = 1 << 10;
+
 /// [`Wait::Spin`] yields the CPU every this many turns (every turn under loom, which needs a
 /// yield to make progress in a spin loop).
 #[cfg(not(loom))]
@@ -704,7 +773,7 @@ fn holder_alive(cur: u64, me: u64, id: u64, h: &dyn Holders) -> io::Result<bool>
     if tid == 0 || key == 0 || u64::from(tid) == TID_MASK {
         return Ok(false);
     }
-    if key == (me >> 32) as u32 {
+    if key == (me >> 32) as u32 || h.ours(key) {
         // Acquire: pairs with the Release half of the AcqRel CAS that wrote that thread's
         // identity, so its intent (published before) is visible to `involved`.
         crate::sync::fence(Ordering::Acquire);
@@ -790,6 +859,9 @@ mod tests {
         }
         fn process_alive(&self, key: u32) -> io::Result<bool> {
             Ok(self.alive.contains(&key))
+        }
+        fn ours(&self, _key: u32) -> bool {
+            false
         }
     }
 
@@ -889,6 +961,42 @@ mod tests {
         lock.word.store(identity(&*h).unwrap(), Ordering::Relaxed);
         assert_eq!(lock.lock(&*h, Wait::Never).unwrap(), Taken::FromDead);
         lock.unlock(&*h);
+    }
+
+    /// Threads of one process contend for one lock while every contended taker asks about the
+    /// holder before it sleeps (a death was just noted): asking must never let two hold it.
+    #[test]
+    fn contended_takers_that_ask_never_share_the_lock() {
+        use std::sync::atomic::AtomicU32;
+        note_death();
+        let h = Arc::new(fake());
+        let lock = Arc::new(free());
+        let inside = Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (h, lock, inside) = (h.clone(), lock.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    for i in 0..20_000u32 {
+                        lock.lock(&*h, Wait::Until(None)).unwrap();
+                        assert_eq!(inside.fetch_add(1, Ordering::Relaxed), 0, "two holders");
+                        for _ in 0..200 {
+                            std::hint::spin_loop(); // hold long enough for takers to ask
+                        }
+                        if i % 16 == 0 {
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::Relaxed);
+                        lock.unlock(&*h);
+                        if i % 1000 == 0 {
+                            note_death();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 
     #[test]

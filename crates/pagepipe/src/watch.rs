@@ -91,12 +91,15 @@ pub(crate) fn tick() -> Duration {
 pub(crate) fn watch(end: &Arc<dyn Watched>) {
     let mut w = lock();
     w.ends.insert(key(end), Arc::downgrade(end));
-    if let Some(ep) = w.start() {
+    let (ep, inherited) = w.start();
+    if let Some(ep) = ep {
         // SAFETY: the watcher thread owns the instance and never closes it.
         let ep = unsafe { BorrowedFd::borrow_raw(ep) };
         // A failure (no memory, the user's watch limit) leaves this end to the sleepers' tick.
         let _ = sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64);
     }
+    drop(w);
+    drop(inherited); // after unlocking: dropping the last handle of an end unwatches it
 }
 
 /// Stops watching `end` (before its descriptor closes).
@@ -126,36 +129,43 @@ pub(crate) fn ensure_running() {
 #[cold]
 #[inline(never)]
 fn start_now() {
-    let _ = lock().start();
+    let mut w = lock();
+    let (_, inherited) = w.start();
+    drop(w);
+    drop(inherited); // after unlocking, as in `watch`
 }
 
 impl Watcher {
     /// This generation's epoll instance, starting the thread (and registering every end the
-    /// process holds) if it does not run yet; `None` where it cannot run.
-    fn start(&mut self) -> Option<RawFd> {
+    /// process holds) if it does not run yet; `None` where it cannot run. Also returns the
+    /// handles it took on the ends it registered, for the caller to drop once it has unlocked
+    /// (a handle dropped here could be an end's last, whose drop takes this lock).
+    fn start(&mut self) -> (Option<RawFd>, Vec<Arc<dyn Watched>>) {
         let generation = CHILD.load(Ordering::Relaxed);
         if let Some((ep, g)) = self.epoll {
             if g == generation {
-                return Some(ep);
+                return (Some(ep), Vec::new());
             }
         }
         if self.failed == Some(generation) {
-            return None;
+            return (None, Vec::new());
         }
         let Some(ep) = spawn() else {
             self.failed = Some(generation);
-            return None;
+            return (None, Vec::new());
         };
         self.epoll = Some((ep, generation));
         // SAFETY: the thread just spawned owns the instance and never closes it.
         let epb = unsafe { BorrowedFd::borrow_raw(ep) };
+        let mut held = Vec::new();
         for (&key, end) in &self.ends {
             if let Some(end) = end.upgrade() {
                 let _ = sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64);
+                held.push(end);
             }
         }
         RUNNING.store(generation.wrapping_add(1), Ordering::Relaxed);
-        Some(ep)
+        (Some(ep), held)
     }
 }
 

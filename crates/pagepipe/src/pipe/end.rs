@@ -22,6 +22,18 @@ use crate::wait::{sleep_until, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
+/// How long a transition waits for the readiness lock before it leaves the descriptors to the
+/// next transition: the lock is held for a system call or two, so only a holder descheduled
+/// that long (or a live peer that keeps it on purpose) makes a sync wait this much, and only a
+/// transition with no successor then leaves a poller waiting.
+#[cfg(not(loom))]
+const READINESS_PATIENCE: Duration = Duration::from_secs(1);
+
+#[cfg(not(loom))]
+fn readiness_wait() -> lock::Wait {
+    lock::Wait::Spin(Instant::now() + READINESS_PATIENCE)
+}
+
 /// Ends of this process that an async adapter ever wrapped (see [`End::adapt`]).
 #[cfg(not(loom))]
 static ADAPTED: std::sync::Mutex<Vec<std::sync::Weak<End>>> = std::sync::Mutex::new(Vec::new());
@@ -110,7 +122,7 @@ pub(crate) struct End {
     peer_gone: ColdBool,
     /// This process has made the descriptor it hands out exact (see [`End::enable_polling`]).
     #[cfg(not(loom))]
-    polling: std::sync::Once,
+    polling: std::sync::atomic::AtomicBool,
 }
 
 impl End {
@@ -122,7 +134,7 @@ impl End {
             signals: Some(signals),
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
-            polling: std::sync::Once::new(),
+            polling: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -225,7 +237,10 @@ impl End {
     /// reader, the full pipe's write end for a writer), made exact first.
     #[cfg(not(loom))]
     pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.polling.call_once(|| self.enable_polling());
+        // Acquire: pairs with the Release store in `enable_polling`.
+        if !self.polling.load(std::sync::atomic::Ordering::Acquire) {
+            self.enable_polling(); // again at the next call if it could not finish
+        }
         self.signal(self.own())
     }
 
@@ -259,17 +274,23 @@ impl End {
     #[cfg(not(loom))]
     fn enable_polling(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(&*self.shared, lock::Wait::spin()) else {
-            return; // the region names this thread as holder: corrupt; nothing to make exact
+        let which = self.own();
+        // SeqCst: as below. Set first, whether or not the lock comes: from now on every
+        // transition of either side keeps the descriptor exact.
+        h.polled[which].store(1, Ordering::SeqCst);
+        let Ok(taken) = h.sig_lock.lock(&*self.shared, readiness_wait()) else {
+            return; // a live holder kept it too long: retried at the next `poll_fd`
         };
         self.recover_signals(taken);
-        let which = self.own();
         // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
         // each side): either a publisher or consumer sees the flag and syncs after us, or our
         // reading of the indices below sees its update.
         h.polled[which].store(1, Ordering::SeqCst);
         self.sync_locked();
         h.sig_lock.unlock(&*self.shared);
+        // Release: pairs with the Acquire load in `poll_fd`.
+        self.polling
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// After a state change by this side (a publication, a consumption, a resize): if some
@@ -298,8 +319,8 @@ impl End {
     #[inline(never)]
     fn sync_polled(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(&*self.shared, lock::Wait::spin()) else {
-            return;
+        let Ok(taken) = h.sig_lock.lock(&*self.shared, readiness_wait()) else {
+            return; // a live holder kept it over a second: see `READINESS_PATIENCE`
         };
         self.recover_signals(taken);
         self.sync_locked();

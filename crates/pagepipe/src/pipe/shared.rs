@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     ino: u64,
 }
 
+/// Dead resizers one call settles before it calls a journal that keeps reappearing corrupt.
+const MAX_SETTLES: u32 = 3;
+
 /// Where the process keys' bytes start in the memory file: far past its end (record locks may
 /// cover bytes beyond a file's end, and these never touch its data).
 #[cfg(not(loom))]
@@ -70,7 +73,7 @@ const KEY_STRIDE: u32 = 1 << 22;
 #[cfg(not(loom))]
 impl Drop for Shared {
     fn drop(&mut self) {
-        self.forget_key(); // this mapping's key description: its lock goes with it
+        self.drop_key(); // this mapping's key description: its lock goes with it
     }
 }
 
@@ -94,6 +97,28 @@ impl lock::Holders for Shared {
     fn process_alive(&self, key: u32) -> io::Result<bool> {
         crate::sys::fd::byte_locked(self.region.memfd(), KEY_BASE + u64::from(key))
     }
+
+    fn ours(&self, key: u32) -> bool {
+        let generation = lock::fork_generation();
+        own_keys()
+            .iter()
+            .any(|&(ino, k, g)| ino == self.ino && k == key && g == generation)
+    }
+}
+
+/// The keys this process holds, on which memory file, in which fork generation: every mapping
+/// of a pipe takes a key of its own (its own description), and a second mapping of the same
+/// pipe in this process (an end received from ourselves) must see the first's holders as ours.
+#[cfg(not(loom))]
+pub(crate) type OwnKeys = Vec<(u64, u32, u64)>;
+
+#[cfg(not(loom))]
+static OWN_KEYS: std::sync::Mutex<OwnKeys> = std::sync::Mutex::new(Vec::new());
+
+/// [`OWN_KEYS`], locked (also by the fork handlers, around `fork(2)`).
+#[cfg(not(loom))]
+pub(crate) fn own_keys() -> std::sync::MutexGuard<'static, OwnKeys> {
+    OWN_KEYS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(loom)]
@@ -106,6 +131,9 @@ impl lock::Holders for Shared {
     }
     fn process_alive(&self, _key: u32) -> io::Result<bool> {
         Ok(true)
+    }
+    fn ours(&self, _key: u32) -> bool {
+        false
     }
 }
 
@@ -364,6 +392,18 @@ impl Shared {
         }
     }
 
+    /// This mapping is gone: its key (if it took one) is no longer this process's.
+    #[cfg(not(loom))]
+    fn drop_key(&self) {
+        let cached = self.key.load(std::sync::atomic::Ordering::Relaxed);
+        let generation = lock::fork_generation();
+        if cached >> 32 == generation + 1 {
+            let key = cached as u32;
+            own_keys().retain(|&(ino, k, g)| !(ino == self.ino && k == key && g == generation));
+        }
+        self.forget_key();
+    }
+
     /// Whether every end of this pipe is in this process: it was made here, and neither did
     /// this process fork since, nor did an end come from or go to another process. While it is,
     /// the async adapters need no descriptor: every transition is made by this process, which
@@ -434,13 +474,22 @@ impl Shared {
     /// sides are taken in resize order (write, then read) and the resize is finished.
     fn take(&self, side: Side, wait: lock::Wait) -> io::Result<Taken> {
         let lock = &self.side_line(side).lock;
+        let mut settled = 0;
         loop {
             let taken = lock.lock(self, wait)?;
             if !self.resize_pending() {
                 return Ok(taken);
             }
             lock.abandon(self);
+            // Each settling finishes one dead resizer's work; a journal staged again and again
+            // is a peer rewriting it, not resizers dying: bounded, then reported.
+            if settled == MAX_SETTLES {
+                return Err(invalid(
+                    "the resize journal is staged again after every settling (a peer writes it)",
+                ));
+            }
             self.settle_resize(wait)?;
+            settled += 1;
         }
     }
 

@@ -155,7 +155,10 @@ impl Writer {
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than 1 GiB (where Linux would round 0 up to
     /// one page); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold data than the new
-    /// size has; [`io::ErrorKind::InvalidData`] if the shared region is corrupt.
+    /// size has, or (unlike Linux) when the queued slots find no room to be staged past both
+    /// sizes (the resize survives its caller's death by staging them first: only a resize to
+    /// or from near 1 GiB with that much queued is refused); [`io::ErrorKind::InvalidData`] if
+    /// the shared region is corrupt.
     ///
     /// ```
     /// let (w, _r) = pagepipe::pipe()?;

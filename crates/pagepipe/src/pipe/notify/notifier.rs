@@ -116,7 +116,7 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
     let h = sh.header();
     // Borrows the region, not the guard, whose indices we move below.
     let ring = Ring::new(&sh.region, ws.ring_size);
-    let (mut turns, mut started) = (0u32, None);
+    let (mut turns, started) = (0u32, Instant::now());
     loop {
         // (The Acquire load pairs with the reader's Release tail RMW, so its copy out of a freed
         // record happens before we overwrite the slot.)
@@ -132,7 +132,7 @@ fn post_locked(sh: &Shared, ws: &mut WriteGuard<'_>, rec: &[u8]) -> io::Result<b
         }
         turns = turns.wrapping_add(1);
         let check = turns % RELEASE_CHECK == 0;
-        if check && started.get_or_insert_with(Instant::now).elapsed() > lock::SPIN_PATIENCE {
+        if check && started.elapsed() > lock::SPIN_PATIENCE {
             // A reader preempted between its release and its tail update, or a peer that
             // set the flag: either way, not worth more than this.
             return Err(release_stuck(ws.head - 1, tail, lock::SPIN_PATIENCE));
