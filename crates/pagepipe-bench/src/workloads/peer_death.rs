@@ -69,6 +69,17 @@ struct Trial {
     lost: u64,
     duplicated: u64,
     torn: u64,
+    /// Bytes that writes starting more than [`LATE`] after the reader's kill still accepted.
+    late: u64,
+}
+
+/// A write that starts this long after the last reader was killed must fail (issue 25).
+const LATE: Duration = Duration::from_millis(2);
+
+/// The shared words of a trial, for `writers` writers: each writer's published count, then
+/// the reader's kill time (`mono_ns`, 0 before the kill), then each writer's late bytes.
+fn shm_words(writers: usize) -> usize {
+    2 * writers + 1
 }
 
 /// A small xorshift generator: kill moments and record lengths need no better.
@@ -130,15 +141,23 @@ fn header(h: &[u8], writers: usize) -> Option<(usize, u64, usize)> {
 fn stream(mut w: W, id: usize, published: &Shm, seed: u64) -> io::Result<u64> {
     let mut rng = Rng::new(seed);
     let mut buf = [0u8; MAX_RECORD];
+    let words = published.words();
+    let writers = (words.len() - 1) / 2;
     for seq in 0.. {
         let len = HEADER + rng.below((MAX_RECORD - HEADER + 1) as u64) as usize;
         encode(&mut buf[..len], id as u32, seq);
+        let started = mono_ns();
         if let Err(e) = w.write_all(&buf[..len]) {
             let when = mono_ns();
             return if reader_hung_up(&e) { Ok(when) } else { Err(e) };
         }
+        // Acquire: pairs with the parent's Release store of the kill time.
+        let killed = words[writers].load(Ordering::Acquire);
+        if killed != 0 && started > killed + LATE.as_nanos() as u64 {
+            words[writers + 1 + id].fetch_add(len as u64, Ordering::Relaxed);
+        }
         // Release: the parent reads it after the writer is dead and reaped.
-        published.words()[id].store(seq + 1, Ordering::Release);
+        words[id].store(seq + 1, Ordering::Release);
     }
     unreachable!("2^64 records")
 }
@@ -243,7 +262,7 @@ fn since(earlier: u64, later: u64) -> Duration {
 /// One trial in which every writer is killed.
 fn writers_killed(t: Transport, cfg: &PipeConfig, a: &Args, rng: &mut Rng) -> io::Result<Trial> {
     let (mut ws, mut rs) = transport::open(t, cfg, a.writers, 1)?;
-    let published = Arc::new(Shm::new(a.writers)?);
+    let published = Arc::new(Shm::new(shm_words(a.writers))?);
     let (r, n) = (rs.pop().expect("one reader"), a.writers);
     let reader = spawn(Between::Processes, move || check(r, n), || ws.clear())?;
     let start = mono_ns();
@@ -287,7 +306,7 @@ fn writers_killed(t: Transport, cfg: &PipeConfig, a: &Args, rng: &mut Rng) -> io
 /// One trial in which the reader is killed.
 fn reader_killed(t: Transport, cfg: &PipeConfig, a: &Args, rng: &mut Rng) -> io::Result<Trial> {
     let (mut ws, mut rs) = transport::open(t, cfg, a.writers, 1)?;
-    let published = Arc::new(Shm::new(a.writers)?);
+    let published = Arc::new(Shm::new(shm_words(a.writers))?);
     let r = rs.pop().expect("one reader");
     let reader = spawn(Between::Processes, move || drain(r), || ws.clear())?;
     let writers = fork_writers(&mut ws, &mut rs, &published, rng)?;
@@ -295,6 +314,8 @@ fn reader_killed(t: Transport, cfg: &PipeConfig, a: &Args, rng: &mut Rng) -> io:
         rng.below(a.max_life_ms * 1_000_000 + 1),
     ));
     let killed = mono_ns();
+    // Release: the writers compare their writes' start times with it.
+    published.words()[a.writers].store(killed, Ordering::Release);
     reader.kill();
     let hang = Duration::from_millis(a.hang_ms);
     let mut trial = Trial {
@@ -312,6 +333,10 @@ fn reader_killed(t: Transport, cfg: &PipeConfig, a: &Args, rng: &mut Rng) -> io:
         }
     }
     reader.reap_killed(hang)?;
+    trial.late = published.words()[a.writers + 1..]
+        .iter()
+        .map(|w| w.load(Ordering::Acquire))
+        .sum();
     Ok(trial)
 }
 
@@ -339,6 +364,7 @@ fn measure(t: Transport, victim: Victim, a: &Args, seed: u64) -> io::Result<Run>
         sum.lost += trial.lost;
         sum.duplicated += trial.duplicated;
         sum.torn += trial.torn;
+        sum.late += trial.late;
     }
     let mut rec = Record::new("peer-death", t.name())
         .config("between", Between::Processes.name())
@@ -355,6 +381,9 @@ fn measure(t: Transport, victim: Victim, a: &Args, seed: u64) -> io::Result<Run>
     rec.metric("detected", hist.count() as f64);
     rec.metric("hangs", hangs as f64);
     rec.metric("early", sum.early as f64);
+    if victim == Victim::Reader {
+        rec.metric("late_bytes", sum.late as f64);
+    }
     if victim == Victim::Writer {
         rec.metric("records", sum.records as f64);
         rec.metric("lost", sum.lost as f64);
@@ -368,13 +397,14 @@ fn measure(t: Transport, victim: Victim, a: &Args, seed: u64) -> io::Result<Run>
 }
 
 /// The table rows.
-const COLUMNS: [Column; 10] = [
+const COLUMNS: [Column; 11] = [
     Column::new("detect_p50_ms", "detect p50 ms", 1.0, 2),
     Column::new("detect_p99_ms", "detect p99 ms", 1.0, 2),
     Column::new("detect_max_ms", "detect max ms", 1.0, 2),
     Column::new("detected", "detected", 1.0, 0),
     Column::new("hangs", "hangs", 1.0, 0),
     Column::new("early", "early EOF/EPIPE", 1.0, 0),
+    Column::new("late_bytes", "bytes accepted >2 ms after", 1.0, 0),
     Column::new("records", "records checked", 1.0, 0),
     Column::new("lost", "records lost", 1.0, 0),
     Column::new("duplicated", "records duplicated", 1.0, 0),
