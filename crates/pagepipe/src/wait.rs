@@ -87,6 +87,7 @@ pub(crate) fn sleep_until(
     futex: &Futex,
     ready: impl Fn(bool) -> bool,
     deadline: Option<Instant>,
+    watched: bool,
 ) -> io::Result<()> {
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(timed_out()); // also bounds a caller that keeps finding nothing to do
@@ -105,10 +106,16 @@ pub(crate) fn sleep_until(
         if ready(false) {
             return Ok(());
         }
+        // The kernel tells the death watcher when the peer dies, and it wakes us: then the tick
+        // is only a safety net. Without it (the watcher could not run or register this end),
+        // we ask the kernel ourselves every tick.
         #[cfg(not(loom))]
-        let mut tick = crate::watch::tick();
+        let mut tick = crate::watch::tick(watched);
         #[cfg(loom)]
-        let mut tick = crate::lock::TICK;
+        let mut tick = {
+            let _ = watched;
+            crate::lock::TICK
+        };
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {

@@ -35,6 +35,9 @@ pub(crate) trait Watched: Send + Sync {
     /// The watcher saw the hang-up: verify it with the kernel and, if real, mark the end's
     /// peer gone and wake its waiters. Returns whether it was real.
     fn hung_up(&self) -> bool;
+
+    /// Whether the watcher's epoll instance watches the end (it may fail to register one).
+    fn set_watched(&self, watched: bool);
 }
 
 /// The process's watcher: its epoll instance and every end it watches.
@@ -78,9 +81,10 @@ fn running() -> bool {
     RUNNING.load(Ordering::Relaxed) == CHILD.load(Ordering::Relaxed).wrapping_add(1)
 }
 
-/// How long a sleeper may sleep before it asks the kernel itself whether its peer is gone.
-pub(crate) fn tick() -> Duration {
-    if running() {
+/// How long a sleeper may sleep before it asks the kernel itself whether its peer is gone:
+/// long if the watcher runs and watches its end (`watched`), else [`crate::lock::TICK`].
+pub(crate) fn tick(watched: bool) -> Duration {
+    if watched && running() {
         WATCHED_TICK
     } else {
         crate::lock::TICK
@@ -96,7 +100,7 @@ pub(crate) fn watch(end: &Arc<dyn Watched>) {
         // SAFETY: the watcher thread owns the instance and never closes it.
         let ep = unsafe { BorrowedFd::borrow_raw(ep) };
         // A failure (no memory, the user's watch limit) leaves this end to the sleepers' tick.
-        let _ = sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64);
+        end.set_watched(sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64).is_ok());
     }
     drop(w);
     drop(inherited); // after unlocking: dropping the last handle of an end unwatches it
@@ -160,7 +164,7 @@ impl Watcher {
         let mut held = Vec::new();
         for (&key, end) in &self.ends {
             if let Some(end) = end.upgrade() {
-                let _ = sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64);
+                end.set_watched(sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64).is_ok());
                 held.push(end);
             }
         }

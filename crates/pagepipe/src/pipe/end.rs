@@ -81,6 +81,10 @@ impl crate::watch::Watched for End {
         self.signal(self.own())
     }
 
+    fn set_watched(&self, watched: bool) {
+        self.watched.store(watched, Ordering::Relaxed);
+    }
+
     fn hung_up(&self) -> bool {
         if !self.ask_kernel() {
             return false; // a stale event (a reused key) or a spurious one
@@ -120,6 +124,9 @@ pub(crate) struct End {
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
     /// copied from live ones).
     peer_gone: ColdBool,
+    /// The death watcher watches this end's hang-up descriptor (see `watch.rs`): sleepers may
+    /// sleep long ticks.
+    watched: ColdBool,
     /// This process has made the descriptor it hands out exact (see [`End::enable_polling`]).
     #[cfg(not(loom))]
     polling: std::sync::atomic::AtomicBool,
@@ -134,6 +141,7 @@ impl End {
             signals: Some(signals),
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
+            watched: ColdBool::new(false),
             polling: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -146,6 +154,7 @@ impl End {
             side,
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
+            watched: ColdBool::new(false),
         }
     }
 
@@ -446,6 +455,7 @@ impl End {
                 self.peer_gone(force)
             },
             deadline,
+            self.watched.load(Ordering::Relaxed),
         )
     }
 
@@ -462,6 +472,7 @@ impl End {
                 !ring::is_full(hd, t, sh.limit_now()) || self.peer_gone(force)
             },
             deadline,
+            self.watched.load(Ordering::Relaxed),
         )
     }
 }
