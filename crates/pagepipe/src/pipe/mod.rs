@@ -32,6 +32,7 @@
 //! pipes), `splice`, `ready` (`AsFd`), `pass` (ends across processes).
 
 pub(crate) mod capacity;
+mod copy;
 pub(crate) mod create;
 pub(crate) mod end;
 pub(crate) mod hint;

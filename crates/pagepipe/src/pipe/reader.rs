@@ -252,7 +252,7 @@ impl Reader {
             // each by `max - n` whatever the region says), from inside one ring page (shared
             // memory, copied raw, never borrowed as a slice) into `buf`, which we borrow
             // mutably and which cannot overlap the region's mapping.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst.add(off), len) }
+            unsafe { crate::pipe::copy::copy(src, dst.add(off), len) }
         };
         if !nonblocking {
             // A reader that waits for a reply usually finds the ring empty: wait for data
@@ -339,7 +339,7 @@ impl Reader {
         // `buf`), so the run lies within the slot's page, published to us by the Acquire loads
         // above (writers only append past `end`); `buf` is ours and cannot overlap the
         // region's mapping.
-        unsafe { std::ptr::copy_nonoverlapping(ring.page(pos).add(start), buf.as_mut_ptr(), c) };
+        unsafe { crate::pipe::copy::copy(ring.page(pos).add(start), buf.as_mut_ptr(), c) };
         let drained = start + c == end && release(sh, (pos, slot, st), (tail, head), rs.limit);
         if !drained {
             // Part of the slot is left, or a writer merged more into it meanwhile.

@@ -434,7 +434,7 @@ impl<'a> Source<'a> {
         let first = &self.bufs[self.idx];
         if first.len() - self.off >= n {
             // SAFETY: off + n <= first.len(); dst is valid for n bytes (caller's guarantee).
-            unsafe { std::ptr::copy_nonoverlapping(first.as_ptr().add(self.off), dst, n) };
+            unsafe { crate::pipe::copy::copy(first.as_ptr().add(self.off), dst, n) };
             return; // the common case: the bytes lie in one buffer
         }
         let (mut idx, mut off, mut done) = (self.idx, self.off, 0);
@@ -442,7 +442,7 @@ impl<'a> Source<'a> {
             let b = &self.bufs[idx];
             let c = (b.len() - off).min(n - done);
             // SAFETY: off + c <= b.len(); dst + done + c <= dst + n (caller's guarantee).
-            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().add(off), dst.add(done), c) };
+            unsafe { crate::pipe::copy::copy(b.as_ptr().add(off), dst.add(done), c) };
             done += c;
             off += c;
             if off == b.len() {
