@@ -101,17 +101,7 @@ pub fn fadvise_dontneed(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<
 /// Reserves disk blocks for `0..len` of the file without changing its size (`fallocate(2)`
 /// with `FALLOC_FL_KEEP_SIZE`). `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`).
 pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
-    let len = offset_to_off_t(len)?;
-    // SAFETY: fallocate touches no user memory; the fd is borrowed from a live file.
-    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => Ok(false),
-            _ => Err(e),
-        };
-    }
-    Ok(true)
+    fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, len)
 }
 
 /// Frees the blocks of `offset..offset + len` of the file without changing its size
@@ -119,18 +109,23 @@ pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
 /// and cached pages there are dropped, dirty or not. `Ok(false)` where the filesystem cannot
 /// (`EOPNOTSUPP`).
 pub fn punch_hole_keep_size(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<bool> {
-    let (offset, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fallocate(fd, mode, offset, len)
+}
+
+/// `fallocate(2)` of `offset..offset + len` with `mode`; `Ok(false)` where the filesystem
+/// cannot (`EOPNOTSUPP`).
+fn fallocate(fd: &impl AsRawFd, mode: libc::c_int, offset: u64, len: u64) -> io::Result<bool> {
+    let (offset, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
     // SAFETY: fallocate touches no user memory; the fd is borrowed from a live file.
-    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset, len) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => Ok(false),
-            _ => Err(e),
-        };
+    if unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset, len) } == 0 {
+        return Ok(true);
     }
-    Ok(true)
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(e),
+    }
 }
 
 /// The bytes free on the filesystem of `fd` for unprivileged use (`fstatvfs(3)`, `f_bavail`):

@@ -343,7 +343,7 @@ impl Shared {
     #[cfg(not(loom))]
     #[cold]
     fn take_key(&self) -> io::Result<u32> {
-        use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
+        use std::os::fd::{BorrowedFd, IntoRawFd};
         use std::sync::atomic::Ordering as O;
         let generation = lock::fork_generation();
         let mut raw = self.key_fd.load(O::Acquire);
@@ -365,7 +365,6 @@ impl Shared {
         // SAFETY: `raw` stays open while `self` lives (closed in Drop or, in a forked child, by
         // `forget_key` before any thread of the child can run this).
         let desc = unsafe { BorrowedFd::borrow_raw(raw) };
-        debug_assert!(desc.as_raw_fd() >= 0);
         let pid = std::process::id();
         for i in 0..16u32 {
             let key = pid.wrapping_add(i.wrapping_mul(KEY_STRIDE)).max(1);

@@ -54,7 +54,10 @@ impl Reader {
         }
         let chunk = self.read_chunk()?;
         let n = {
-            let mut iov: [sys::io::RawBuf; IOVS] = [(std::ptr::null_mut(), 0); IOVS];
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; IOVS];
             let (mut used, mut left) = (0, len);
             for (p, l) in chunk.raw_runs().take(IOVS) {
                 if left == 0 {
@@ -62,7 +65,10 @@ impl Reader {
                 }
                 let l = l.min(left);
                 left -= l;
-                iov[used] = (p.cast_mut(), l);
+                iov[used] = libc::iovec {
+                    iov_base: p.cast_mut().cast(),
+                    iov_len: l,
+                };
                 used += 1;
             }
             if used == 0 {
@@ -109,7 +115,16 @@ impl Writer {
             let [(pa, la), (pb, lb)] = chunk.raw_runs();
             let la = la.min(len);
             let lb = lb.min(len - la);
-            let iov = [(pa, la), (pb, lb)];
+            let iov = [
+                libc::iovec {
+                    iov_base: pa.cast(),
+                    iov_len: la,
+                },
+                libc::iovec {
+                    iov_base: pb.cast(),
+                    iov_len: lb,
+                },
+            ];
             let used = if lb == 0 { 1 } else { 2 };
             // SAFETY: both runs are free slot pages of the region, mapped while `chunk` lives
             // and used by no pagepipe code while it holds the write side; the kernel writes
