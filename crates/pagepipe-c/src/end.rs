@@ -131,9 +131,9 @@ pub(crate) fn to_env<E: PipeEnd, P>(p: *const P, var: *const c_char) -> io::Resu
         for fd in &fds {
             pagepipe_sys::fd::clear_cloexec(fd.as_raw_fd())?;
         }
-        let [m, a, b] = fds.each_ref().map(AsRawFd::as_raw_fd);
+        let [m, signal] = fds.each_ref().map(AsRawFd::as_raw_fd);
         // The format `from_env` reads.
-        std::env::set_var(name, format!("pagepipe:{}:{m}:{a}:{b}", E::NAME));
+        std::env::set_var(name, format!("pagepipe:{}:{m}:{signal}", E::NAME));
         held.exported
             .lock()
             .unwrap_or_else(|e| e.into_inner())

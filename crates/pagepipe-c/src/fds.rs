@@ -2,29 +2,18 @@
 //! `pp_*_to_env` hands to a program it execs, and what pagepipe-py pickles for
 //! `multiprocessing`.
 //!
-//! An end travels as three descriptors (its region's memory file and its two signal
-//! descriptors, see `pagepipe::Writer::send_to`). pagepipe exposes them only by sending the end
-//! over a Unix socket, so [`export`] sends it over a socket pair to this process and keeps what
-//! arrives, and [`import`] sends them back in the same message and receives the end with
-//! `recv_from`, which validates them. (A direct accessor in pagepipe would save the socket
-//! pair; the message format is pagepipe's own `send_to` format.)
+//! An end travels as two descriptors (its region's memory file, through a description of their
+//! own, and its descriptor of the signal pipe): pagepipe's `to_fds` and `from_fds`.
 
 use pagepipe::{Reader, Writer};
-use pagepipe_sys as sys;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-
-/// The message `send_to` sends with an end's descriptors: a tag, then the side (0 writer,
-/// 1 reader).
-const TAG: &[u8; 6] = b"PPEND1";
 
 /// What the C API and pagepipe-py need of either end.
 pub trait PipeEnd: Clone + AsRawFd + Send + Sync + Sized + 'static {
     /// `"writer"` or `"reader"`, as in the `from_env` format.
     const NAME: &'static str;
-    /// The side byte of the `send_to` message.
-    const SIDE: u8;
     /// `Writer::set_nonblocking` or `Reader::set_nonblocking`.
     ///
     /// # Errors
@@ -47,13 +36,22 @@ pub trait PipeEnd: Clone + AsRawFd + Send + Sync + Sized + 'static {
     /// # Errors
     /// As `Writer::from_env`.
     fn from_env(var: &str) -> io::Result<Self>;
+    /// `to_fds`.
+    ///
+    /// # Errors
+    /// As `Writer::to_fds`.
+    fn to_fds(&self) -> io::Result<[OwnedFd; 2]>;
+    /// `from_fds`.
+    ///
+    /// # Errors
+    /// As `Writer::from_fds`.
+    fn from_fds(fds: [OwnedFd; 2]) -> io::Result<Self>;
 }
 
 macro_rules! pipe_end {
-    ($end:ident, $name:literal, $side:literal) => {
+    ($end:ident, $name:literal) => {
         impl PipeEnd for $end {
             const NAME: &'static str = $name;
-            const SIDE: u8 = $side;
             fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
                 $end::set_nonblocking(self, nonblocking)
             }
@@ -69,19 +67,25 @@ macro_rules! pipe_end {
             fn from_env(var: &str) -> io::Result<Self> {
                 $end::from_env(var)
             }
+            fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
+                $end::to_fds(self)
+            }
+            fn from_fds(fds: [OwnedFd; 2]) -> io::Result<Self> {
+                $end::from_fds(fds)
+            }
         }
     };
 }
 
-pipe_end!(Writer, "writer", 0);
-pipe_end!(Reader, "reader", 1);
+pipe_end!(Writer, "writer");
+pipe_end!(Reader, "reader");
 
-/// New descriptors of `end` (memory file, full pipe, readable pipe), close-on-exec. While they
+/// New descriptors of `end` (memory file, signal pipe), close-on-exec. While they
 /// are open they hold the end as a clone does: the other side sees it closed only once they
 /// are closed too.
 ///
 /// # Errors
-/// The OS's error if the socket pair cannot be made or the descriptors not passed.
+/// The OS's error if the descriptors cannot be made (see `pagepipe::Writer::to_fds`).
 ///
 /// # Examples
 /// ```
@@ -96,23 +100,8 @@ pipe_end!(Reader, "reader", 1);
 /// assert_eq!(s, "back");
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn export<E: PipeEnd>(end: &E) -> io::Result<[OwnedFd; 3]> {
-    let (a, b) = UnixStream::pair()?;
-    end.send_to(&a)?;
-    let mut msg = [0u8; 16];
-    let (n, fds) = sys::net::recv_fds(b.as_fd(), &mut msg, 3)?;
-    if n != 7 || &msg[..6] != TAG || msg[6] != E::SIDE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "pagepipe sent an end in a format this pagepipe-c does not know",
-        ));
-    }
-    <[OwnedFd; 3]>::try_from(fds).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "pagepipe sent an end without its three descriptors",
-        )
-    })
+pub fn export<E: PipeEnd>(end: &E) -> io::Result<[OwnedFd; 2]> {
+    end.to_fds()
 }
 
 /// The end whose descriptors [`export`] returned (in this process or, inherited or passed,
@@ -124,14 +113,8 @@ pub fn export<E: PipeEnd>(end: &E) -> io::Result<[OwnedFd; 3]> {
 ///
 /// # Examples
 /// See [`export`].
-pub fn import<E: PipeEnd>(fds: [OwnedFd; 3]) -> io::Result<E> {
-    let (a, b) = UnixStream::pair()?;
-    let mut msg = [0u8; 7];
-    msg[..6].copy_from_slice(TAG);
-    msg[6] = E::SIDE;
-    sys::net::send_fds(a.as_fd(), &msg, &fds.each_ref().map(AsRawFd::as_raw_fd))?;
-    drop(fds); // the message holds them now
-    E::recv_from(&b)
+pub fn import<E: PipeEnd>(fds: [OwnedFd; 2]) -> io::Result<E> {
+    E::from_fds(fds)
 }
 
 #[cfg(test)]

@@ -63,13 +63,13 @@ impl<E: PipeEnd> Held<E> {
         Ok(!self.end()?.is_nonblocking())
     }
 
-    /// New descriptors of the end (memory file, full pipe, readable pipe). With `keep`, this
+    /// New descriptors of the end (memory file, signal pipe). With `keep`, this
     /// object keeps them open until it is closed (for a child being started, which receives
     /// them by number); without, the caller owns them.
-    pub(crate) fn export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd, RawFd)> {
+    pub(crate) fn export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
         let end = self.end()?;
         let fds = fds::export(&*end).map_err(to_py)?;
-        let [m, a, b] = fds.each_ref().map(AsRawFd::as_raw_fd);
+        let [m, signal] = fds.each_ref().map(AsRawFd::as_raw_fd);
         if keep {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let open = state.as_mut().ok_or_else(closed)?;
@@ -78,20 +78,20 @@ impl<E: PipeEnd> Held<E> {
             // The caller owns them now (it closes them).
             let _ = fds.map(IntoRawFd::into_raw_fd);
         }
-        Ok((m, a, b))
+        Ok((m, signal))
     }
 }
 
 /// The end whose descriptors `export_fds` gave, taking ownership of them (`ValueError` for a
 /// negative number; `OSError` if they are not a pagepipe end of this kind).
-pub(crate) fn from_fds<E: PipeEnd>(m: RawFd, a: RawFd, b: RawFd) -> PyResult<E> {
-    if [m, a, b].iter().any(|&fd| fd < 0) {
+pub(crate) fn from_fds<E: PipeEnd>(m: RawFd, signal: RawFd) -> PyResult<E> {
+    if [m, signal].iter().any(|&fd| fd < 0) {
         return Err(pyo3::exceptions::PyValueError::new_err(
             "negative file descriptor",
         ));
     }
     // SAFETY: the caller hands us these descriptors (multiprocessing's DupFd.detach() gives
     // the receiving process ownership); `import` validates them before use.
-    let fds = [m, a, b].map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let fds = [m, signal].map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     fds::import(fds).map_err(to_py)
 }

@@ -168,13 +168,13 @@ impl PyReader {
 
     /// New descriptors of this end for a child process (see `pagepipe.__init__`).
     #[pyo3(signature = (keep = true))]
-    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd, RawFd)> {
+    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
         self.held.export_fds(keep)
     }
 
     /// The end whose descriptors `_export_fds` gave; takes them.
     #[staticmethod]
-    fn _from_fds(m: RawFd, a: RawFd, b: RawFd) -> PyResult<PyReader> {
-        Ok(PyReader::new(from_fds(m, a, b)?))
+    fn _from_fds(m: RawFd, signal: RawFd) -> PyResult<PyReader> {
+        Ok(PyReader::new(from_fds(m, signal)?))
     }
 }

@@ -83,8 +83,70 @@ pub fn reopen(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
 }
 
+/// Gives descriptor number `fd` an open file description of its own: opens its file again
+/// through `/proc/self/fd/<fd>` and puts the new description at the same number (`dup3(2)`),
+/// so nothing that holds the number notices, while the description it had (shared with
+/// whoever `fd` was inherited from) is no longer referenced from here. Async-signal-safe and
+/// allocation-free: for a forked child's fork handler.
+pub fn reopen_in_place(fd: RawFd) -> io::Result<()> {
+    let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let prefix = b"/proc/self/fd/".len();
+    let Ok(mut n) = u32::try_from(fd) else {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    };
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        path[prefix + i] = digits[len - 1 - i];
+    }
+    // SAFETY: `path` is NUL-terminated (at least two NULs follow the at most 10 digits).
+    let new = cvt(unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    // SAFETY: dup3 on two descriptor numbers we own touches no user memory.
+    let rc = cvt(unsafe { libc::dup3(new, fd, libc::O_CLOEXEC) });
+    close_raw(new);
+    rc.map(drop)
+}
+
 /// Closes descriptor `fd` (`close(2)`; async-signal-safe: for fork handlers).
 pub fn close_raw(fd: RawFd) {
     // SAFETY: closing a descriptor number touches no user memory; the caller owns `fd`.
     unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, AsRawFd};
+
+    /// After `reopen_in_place`, the number no longer shares the description it was a copy of:
+    /// a lock that description holds now conflicts with a lock through the number.
+    #[test]
+    fn reopen_in_place_leaves_the_shared_description() {
+        let file = crate::memfd::sealed_memfd(4096).unwrap();
+        let copy = file.try_clone().unwrap(); // dup: the same description
+        assert!(lock_byte(file.as_fd(), 1 << 40).unwrap());
+        assert!(
+            lock_byte(copy.as_fd(), 1 << 40).unwrap(),
+            "same description, same lock"
+        );
+        reopen_in_place(copy.as_raw_fd()).unwrap();
+        assert!(
+            !lock_byte(copy.as_fd(), 1 << 40).unwrap(),
+            "a description of its own"
+        );
+        assert!(byte_locked(copy.as_fd(), 1 << 40).unwrap());
+        drop(file);
+        assert!(
+            !byte_locked(copy.as_fd(), 1 << 40).unwrap(),
+            "the lock went with its holder"
+        );
+    }
 }

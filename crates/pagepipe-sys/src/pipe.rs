@@ -14,6 +14,24 @@ pub fn os_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A kernel pipe in packet mode (`pipe2(2)` with `O_DIRECT`, close-on-exec, non-blocking):
+/// every write is a buffer of its own, never merged into the previous one, and every read
+/// takes one whole buffer. So the number of one-byte writes queued is the number of the
+/// pipe's slots in use, which is what `poll(2)` compares with its capacity. `(read end, write
+/// end)`.
+pub fn packet_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    cvt(unsafe {
+        libc::pipe2(
+            fds.as_mut_ptr(),
+            libc::O_CLOEXEC | libc::O_DIRECT | libc::O_NONBLOCK,
+        )
+    })?;
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// Which end of a kernel pipe `fd` is: `Some(false)` for a read end, `Some(true)` for a write
 /// end, `None` if it is not a pipe made by `pipe(2)` (a named FIFO is not one) (`fstat(2)`,
 /// `fstatfs(2)`, `F_GETFL`).
@@ -130,13 +148,17 @@ pub fn set_pipe_size(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) }).map(drop)
 }
 
+/// A kernel pipe's capacity in bytes (`fcntl(2)`, `F_GETPIPE_SZ`).
+pub fn pipe_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    // SAFETY: fcntl on a borrowed descriptor touches no user memory.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) }).map(|n| n as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
-    /// A byte moves without blocking even when someone cleared `O_NONBLOCK` on the shared
-    /// open file description.
     #[test]
     fn a_named_fifo_is_not_a_pipe() {
         let path = std::env::temp_dir().join(format!("pagepipe-fifo-{}", std::process::id()));
@@ -155,6 +177,34 @@ mod tests {
         assert_eq!(pipe_end_kind(w.as_fd()).unwrap(), Some(true));
     }
 
+    /// Each one-byte write of a packet pipe takes a slot of its own: two fill a two-page pipe
+    /// (no `POLLOUT`), growing it brings `POLLOUT` back, and one read takes one packet.
+    #[test]
+    fn packets_count_slots() {
+        use crate::poll::poll_now;
+        let (r, w) = packet_pipe().unwrap();
+        set_pipe_size(w.as_fd(), 2 * 4096).unwrap();
+        assert_eq!(pipe_size(r.as_fd()).unwrap(), 2 * 4096);
+        write_byte(w.as_fd()).unwrap();
+        assert_ne!(poll_now(w.as_fd(), libc::POLLOUT) & libc::POLLOUT, 0);
+        write_byte(w.as_fd()).unwrap();
+        assert_eq!(poll_now(w.as_fd(), libc::POLLOUT) & libc::POLLOUT, 0);
+        assert_eq!(
+            write_byte(w.as_fd()).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        set_pipe_size(r.as_fd(), 4 * 4096).unwrap(); // either end may resize
+        assert_ne!(poll_now(w.as_fd(), libc::POLLOUT) & libc::POLLOUT, 0);
+        set_pipe_size(r.as_fd(), 2 * 4096).unwrap();
+        read_byte(r.as_fd()).unwrap();
+        assert_eq!(fionread(r.as_fd()).unwrap(), 1);
+        assert_ne!(poll_now(r.as_fd(), libc::POLLIN) & libc::POLLIN, 0);
+        drop(r);
+        assert_ne!(poll_now(w.as_fd(), 0) & libc::POLLERR, 0);
+    }
+
+    /// A byte moves without blocking even when someone cleared `O_NONBLOCK` on the shared
+    /// open file description.
     #[test]
     fn one_byte_moves_never_block_whatever_o_nonblock_says() {
         let (r, w) = os_pipe().unwrap(); // blocking descriptors, as a peer could leave them

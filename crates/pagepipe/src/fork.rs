@@ -9,9 +9,11 @@
 //! - after, in the parent: the caches' locks and the registry are unlocked;
 //!   Last, the death watcher's lock (`watch.rs`).
 //! - after, in the child: the side locks forget the thread identity the parent had
-//!   ([`crate::lock::note_fork`]), every pipe closes the child's copy of the parent's key
-//!   description (`Shared::forget_key`: the parent's key must die with the parent), the death watcher forgets the parent's epoll instance and
-//!   thread (the child starts its own), and the caches' locks and the registry are unlocked.
+//!   ([`crate::lock::note_fork`]), every pipe gives its memory file descriptor a description
+//!   of the child's own in place of the parent's (`Shared::forget_key`: the parent's key lock
+//!   lives on that description and must die with the parent), the death watcher forgets the
+//!   parent's epoll instance and thread (the child starts its own), and the caches' locks and
+//!   the registry are unlocked.
 //!
 //! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
 //! malloc's arenas: a lock held at the fork means a spare list may be half-changed (a `Vec`

@@ -26,7 +26,7 @@ use std::ptr::NonNull;
 /// `b"PAGEPIPE"` read as a little-endian u64: the first word of every region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PAGEPIPE");
 /// The region layout's version; a region of another version is refused.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// Bytes reserved for the header at the start of a region.
 pub(crate) const HEADER_SIZE: usize = PAGE_SIZE;
 
@@ -66,11 +66,18 @@ impl Side {
     }
 }
 
-/// Index of the *full* signal pipe (the writer's descriptor) in the header's `polled` and
-/// `charged` and in an end's descriptors (see `pipe::end`).
+/// Index of the writer's readiness ("the ring is full": no `POLLOUT`) in the header's `polled`
+/// and in [`Wakers`](crate::wait::Wakers) arrays (see `pipe::end`).
 pub(crate) const FULL: usize = 0;
-/// Index of the *readable* signal pipe (the reader's descriptor).
+/// Index of the reader's readiness ("the ring holds data": `POLLIN`).
 pub(crate) const READABLE: usize = 1;
+/// Index of the signal pipe's queued packets in the header's `signal`.
+pub(crate) const PACKETS: usize = 0;
+/// Index of the signal pipe's slot count in the header's `signal`.
+pub(crate) const SLOTS: usize = 1;
+/// The signal pipe's slots while nothing calls for another count: one packet is "the ring holds
+/// data", two "the ring is full".
+pub(crate) const SIGNAL_SLOTS: u32 = 2;
 
 /// An index word and the byte count that goes with it, on one line: the writer updates `bytes`
 /// right before it publishes through `word`, so the two cost one cache-line transfer.
@@ -145,9 +152,10 @@ pub(crate) struct Header {
     /// transition keeps the descriptors' state exact. Sticky. SeqCst with the index RMWs (see
     /// `End::sync`).
     pub(crate) polled: [ColdU32; 2],
-    /// Whether the readable pipe ([`READABLE`]) and the full pipe ([`FULL`]) hold their one byte; written
-    /// under `sig_lock`.
-    pub(crate) charged: [ColdU32; 2],
+    /// The signal pipe as far as the last sync knows it, `[packets queued, slots]` (indexed by
+    /// [`PACKETS`] and [`SLOTS`]); written under `sig_lock`, validated before use (see
+    /// `End::sync` in `pipe/end.rs`).
+    pub(crate) signal: [ColdU32; 2],
     /// Bumped (Release) after a process closed its last handle of an end (indexed by [`Side::index`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -328,7 +336,32 @@ pub(crate) struct Region {
 #[cfg(not(loom))]
 struct Backing {
     map: crate::sys::mm::Mapping,
-    memfd: std::os::fd::OwnedFd,
+    /// The memory file, through an open file description of this mapping's own: the process
+    /// key's lock lives on it (see `Shared::take_key`), so it is never shared with another
+    /// process (a forked child reopens it, [`Region::forget_in_forked_child`]; an end that
+    /// travels gets a fresh one). -1 once a forked child could not reopen it.
+    memfd: std::sync::atomic::AtomicI32,
+}
+
+#[cfg(not(loom))]
+impl Backing {
+    fn new(map: crate::sys::mm::Mapping, memfd: std::os::fd::OwnedFd) -> Backing {
+        use std::os::fd::IntoRawFd;
+        Backing {
+            map,
+            memfd: std::sync::atomic::AtomicI32::new(memfd.into_raw_fd()),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Backing {
+    fn drop(&mut self) {
+        let raw = *self.memfd.get_mut();
+        if raw >= 0 {
+            crate::sys::fd::close_raw(raw);
+        }
+    }
 }
 
 // SAFETY: the region is memory shared by design; which thread touches which bytes is decided
@@ -422,7 +455,7 @@ impl Region {
         let memfd = crate::sys::memfd::sealed_memfd(layout.total as u64)?;
         use std::os::fd::AsFd;
         let map = crate::sys::mm::Mapping::shared(memfd.as_fd(), layout.total)?;
-        let region = Region::from_backing(Backing { map, memfd }, layout, config, max_ring);
+        let region = Region::from_backing(Backing::new(map, memfd), layout, config, max_ring);
         region.init(ring_size);
         Ok(region)
     }
@@ -457,7 +490,7 @@ impl Region {
             timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
             sig_lock: Padded(SideLock::new()),
             polled: [ColdU32::new(0), ColdU32::new(0)],
-            charged: [ColdU32::new(0), ColdU32::new(0)],
+            signal: [ColdU32::new(0), ColdU32::new(0)],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
             notes: ColdU32::new(0),
             note_loss: ColdU32::new(0),
@@ -521,7 +554,9 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
-        h.charged[READABLE].store(1, Ordering::Relaxed); // see pipe::create::create
+        // See pipe::create::create: one packet in a pipe of two slots.
+        h.signal[PACKETS].store(1, Ordering::Relaxed);
+        h.signal[SLOTS].store(SIGNAL_SLOTS, Ordering::Relaxed);
         for pos in 0..ring_size {
             self.slot(pos)
                 .state
@@ -598,18 +633,55 @@ impl Region {
             notes,
         };
         Ok(Region::from_backing(
-            Backing { map, memfd },
+            Backing::new(map, memfd),
             layout,
             config,
             max_ring,
         ))
     }
 
-    /// The memory file behind the region (to pass it to another process).
+    /// The memory file behind the region, through this mapping's own description (see
+    /// [`Backing::memfd`]).
+    ///
+    /// # Errors
+    /// `BrokenPipe` in a forked child that could not reopen it (see
+    /// [`Region::forget_in_forked_child`]).
     #[cfg(not(loom))]
-    pub(crate) fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.backing.memfd.as_fd()
+    pub(crate) fn memfd(&self) -> io::Result<std::os::fd::BorrowedFd<'_>> {
+        let raw = self
+            .backing
+            .memfd
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if raw < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "this process could not reopen the pipe's memory file after fork(2)",
+            ));
+        }
+        // SAFETY: `raw` stays open while `self` lives: only Drop closes it, and a forked
+        // child's handler replaces it in place (or, failing that, closes it before any other
+        // thread exists and stores -1 first).
+        Ok(unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) })
+    }
+
+    /// In a forked child (fork handler, one thread): the inherited memory file descriptor
+    /// shares the parent's description, which holds the parent's key lock; the child gets a
+    /// description of its own in its place, so the parent's key dies with the parent. If that
+    /// fails (no `/proc`, a full descriptor table) the child closes its copy and every call
+    /// that needs the file fails with `BrokenPipe`: failing closed, never keeping the parent
+    /// alive in the eyes of its peers.
+    #[cfg(not(loom))]
+    pub(crate) fn forget_in_forked_child(&self) {
+        let raw = self
+            .backing
+            .memfd
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if raw >= 0 && crate::sys::fd::reopen_in_place(raw).is_err() {
+            self.backing
+                .memfd
+                .store(-1, std::sync::atomic::Ordering::Relaxed);
+            crate::sys::fd::close_raw(raw);
+        }
     }
 
     /// The header: all atomics, so a shared reference is sound whatever peers write.

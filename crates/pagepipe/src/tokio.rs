@@ -183,7 +183,7 @@ fn register<T>(
     // own, and it stays open exactly as long as `end` does. The end's signal descriptor, not
     // `as_fd`: that would make every transition pay for an exact descriptor even while the
     // pipe is confined to this process (see `End::adapt`).
-    let fd = pipe_end.signal(pipe_end.own()).try_clone_to_owned()?;
+    let fd = pipe_end.signal().try_clone_to_owned()?;
     // SAFETY: `Registered::as_raw_fd` always returns `fd`, which the `Registered` owns: it is
     // open and refers to the same pipe until the `Registered` is dropped, which happens only
     // after `AsyncFd` deregistered it (on drop, or in `into_inner` before handing it back).

@@ -269,3 +269,74 @@ fn try_read_after_a_writer_process_died_holding_its_end() {
         "a kernel pipe's non-blocking read returns end of file here"
     );
 }
+
+/// `poll(2)` of one descriptor, now, for `POLLIN | POLLOUT` (errors and hang-ups come anyway).
+fn poll_mask(fd: RawFd) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) };
+    p.revents
+}
+
+/// After `set_capacity` on a pipe whose reader is gone, the writer's descriptor polls as the
+/// kernel pipe's write end does: growing a full pipe brings `POLLOUT` back next to `POLLERR`,
+/// shrinking one into full takes it away. (Before the one signal pipe with a slot count either
+/// end may set, the writer could not change the bit once the reader was gone.)
+#[test]
+fn poll_masks_after_a_resize_with_the_reader_gone() {
+    let _serial = serial();
+    let out_err = libc::POLLOUT | libc::POLLERR;
+    for (first, second) in [(4096, 8192), (8192, 4096)] {
+        let (w, r) = pagepipe::Builder::new().capacity(4096).build().unwrap();
+        let (kr, kw) = kernel_pipe();
+        for fd in [kr, kw] {
+            // SAFETY: fcntl on our own descriptor.
+            assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 4096) }, 4096);
+        }
+        let _ = w.as_raw_fd(); // poll the writer from the start
+        if first > 4096 {
+            w.set_capacity(first).unwrap();
+            // SAFETY: fcntl on our own descriptor.
+            assert!(unsafe { libc::fcntl(kw, libc::F_SETPIPE_SZ, first as i32) } > 0);
+        }
+        // One slot's worth of data: full at 4 KiB, not at 8 KiB.
+        w.try_write(&[7u8; 4096]).unwrap();
+        // SAFETY: writes 4096 bytes from a live buffer to our own descriptor.
+        assert_eq!(
+            unsafe { libc::write(kw, [7u8; 4096].as_ptr().cast(), 4096) },
+            4096
+        );
+        drop(r);
+        // SAFETY: closes our own descriptor.
+        unsafe { libc::close(kr) };
+        assert_eq!(poll_mask(w.as_raw_fd()) & out_err, poll_mask(kw) & out_err);
+        w.set_capacity(second).unwrap();
+        // SAFETY: fcntl on our own descriptor.
+        assert!(unsafe { libc::fcntl(kw, libc::F_SETPIPE_SZ, second as i32) } > 0);
+        let (ours, kernel) = (poll_mask(w.as_raw_fd()) & out_err, poll_mask(kw) & out_err);
+        assert_eq!(ours, kernel, "after set_capacity({first} -> {second})");
+        let want = if second > 4096 {
+            out_err
+        } else {
+            libc::POLLERR
+        };
+        assert_eq!(ours, want, "after set_capacity({first} -> {second})");
+        // SAFETY: closes our own descriptor.
+        unsafe { libc::close(kw) };
+    }
+}
+
+/// A kernel pipe, `(read end, write end)`, non-blocking.
+fn kernel_pipe() -> (RawFd, RawFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    assert_eq!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) },
+        0
+    );
+    (fds[0], fds[1])
+}

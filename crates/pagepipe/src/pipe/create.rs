@@ -25,21 +25,17 @@ pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<(Arc<End>, 
     let shared = open(Region::create(ring_size, config)?);
     #[cfg(not(loom))]
     let (w, r) = {
+        use crate::region::SIGNAL_SLOTS;
         use crate::sys::mm::PAGE_SIZE;
         use std::os::fd::AsFd;
-        let (readable_r, readable_w) = crate::sys::pipe::os_pipe()?;
-        let (full_r, full_w) = crate::sys::pipe::os_pipe()?;
-        for fd in [&readable_r, &readable_w, &full_r, &full_w] {
-            crate::sys::fd::set_fd_nonblocking(fd.as_fd())?;
-        }
-        // One byte fills it: the writer's descriptor polls POLLOUT exactly while it is empty.
-        crate::sys::pipe::set_pipe_size(full_w.as_fd(), PAGE_SIZE)?;
-        // Nobody polls yet: the readable pipe starts charged (see End::enable_polling).
-        crate::sys::pipe::write_byte(readable_w.as_fd())?;
-        // Indexed by FULL (0) and READABLE (1).
+        let (read, write) = crate::sys::pipe::packet_pipe()?;
+        crate::sys::pipe::set_pipe_size(write.as_fd(), SIGNAL_SLOTS as usize * PAGE_SIZE)?;
+        // Nobody polls yet: one packet in two slots, both descriptors ready (see
+        // End::enable_polling; the header says the same, see Region::init).
+        crate::sys::pipe::write_byte(write.as_fd())?;
         (
-            End::new(shared.clone(), Side::Write, [full_w, readable_w]),
-            End::new(shared, Side::Read, [full_r, readable_r]),
+            End::new(shared.clone(), Side::Write, write),
+            End::new(shared, Side::Read, read),
         )
     };
     #[cfg(loom)]

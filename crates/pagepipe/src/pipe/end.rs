@@ -1,13 +1,21 @@
-//! One process's hold on one end of a pipe ([`End`]): the kernel objects that count holders
-//! across processes (the signal pipes), liveness of the other end, readiness for `poll(2)` and
+//! One process's hold on one end of a pipe ([`End`]): the kernel object that counts holders
+//! across processes (the signal pipe), liveness of the other end, readiness for `poll(2)` and
 //! async adapters, and blocking until the other side moves.
 //!
-//! Which processes hold an end is counted by the kernel, through two small kernel pipes per
-//! pagepipe, its *signal pipes*. Every process holding a writer keeps the write ends of both
-//! open, every process holding a reader their read ends; descriptors follow `fork`,
-//! `SCM_RIGHTS` and exec like the ends they stand for, and the kernel closes them when a process
-//! exits or is killed. So the *readable* pipe's read end polls `POLLHUP` exactly when no process
-//! holds a writer, and the *full* pipe's write end `POLLERR` when none holds a reader.
+//! Which processes hold an end is counted by the kernel, through one small kernel pipe per
+//! pagepipe, its *signal pipe*. Every process holding a writer keeps its write end open, every
+//! process holding a reader its read end; descriptors follow `fork`, `SCM_RIGHTS` and exec like
+//! the ends they stand for, and the kernel closes them when a process exits or is killed. So
+//! the read end polls `POLLHUP` exactly when no process holds a writer, and the write end
+//! `POLLERR` when none holds a reader.
+//!
+//! The same descriptors are what the ends hand out for polling. The signal pipe is in packet
+//! mode (every one-byte write takes a slot of its own) and has two slots: a reader's
+//! descriptor polls `POLLIN` while a packet is queued, a writer's `POLLOUT` while a slot is
+//! free. While some process polls, one packet stands for "the ring holds data" and two for "the
+//! ring is full" (see [`End::sync`]). A writer can only add packets and a reader only remove
+//! them; either can change the slot count (`F_SETPIPE_SZ`), which is how a resize by either
+//! side, with the other side gone or not, leaves both descriptors exact.
 
 #[cfg(not(loom))]
 use crate::lock::{self, Taken};
@@ -15,7 +23,7 @@ use crate::pipe::hint::prefetch_next_write;
 #[cfg(not(loom))]
 use crate::pipe::shared::LocalEnd;
 use crate::pipe::shared::{timeout_ns, Shared};
-use crate::region::{Side, FULL, READABLE};
+use crate::region::{Side, FULL, PACKETS, READABLE, SIGNAL_SLOTS, SLOTS};
 use crate::ring;
 use crate::sync::{Arc, ColdBool, ColdU64, Ordering};
 use crate::wait::{sleep_until, Wakers};
@@ -28,6 +36,11 @@ use std::time::{Duration, Instant};
 /// transition with no successor then leaves a poller waiting.
 #[cfg(not(loom))]
 const READINESS_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The most slots a sync gives the signal pipe: a writer that grows a full ring adds some, a
+/// reader that empties it goes back to [`SIGNAL_SLOTS`].
+#[cfg(not(loom))]
+const MAX_SIGNAL_SLOTS: u32 = 64;
 
 #[cfg(not(loom))]
 fn readiness_wait() -> lock::Wait {
@@ -78,7 +91,7 @@ impl LocalEnd for End {
 #[cfg(not(loom))]
 impl crate::watch::Watched for End {
     fn hangup_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.signal(self.own())
+        self.signal()
     }
 
     fn set_watched(&self, watched: bool) {
@@ -114,11 +127,10 @@ pub(crate) struct End {
     pub(crate) shared: Arc<Shared>,
     /// Which side this end holds.
     pub(crate) side: Side,
-    /// This process's descriptors of the signal pipes, `[full, readable]` (indexed by [`FULL`]
-    /// and [`READABLE`]): their write ends for
-    /// a writer, their read ends for a reader (see the module docs). `None` only while dropping.
+    /// This process's descriptor of the signal pipe: its write end for a writer, its read end
+    /// for a reader (see the module docs). `None` only while dropping.
     #[cfg(not(loom))]
-    signals: Option<[std::os::fd::OwnedFd; 2]>,
+    signal: Option<std::os::fd::OwnedFd>,
     /// `closes[other side]` when this end last asked the kernel about the other side.
     peer_seen: ColdU64,
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
@@ -134,11 +146,11 @@ pub(crate) struct End {
 
 impl End {
     #[cfg(not(loom))]
-    pub(crate) fn new(shared: Arc<Shared>, side: Side, signals: [std::os::fd::OwnedFd; 2]) -> End {
+    pub(crate) fn new(shared: Arc<Shared>, side: Side, signal: std::os::fd::OwnedFd) -> End {
         End {
             shared,
             side,
-            signals: Some(signals),
+            signal: Some(signal),
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
             watched: ColdBool::new(false),
@@ -203,20 +215,18 @@ impl End {
         self.side
     }
 
-    /// This end's descriptor of signal pipe `which` ([`READABLE`] or [`FULL`]).
+    /// This end's descriptor of the signal pipe.
     #[cfg(not(loom))]
-    pub(crate) fn signal(&self, which: usize) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn signal(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
-        self.signals
+        self.signal
             .as_ref()
-            .expect("an end keeps its descriptors until dropped")[which]
+            .expect("an end keeps its descriptor until dropped")
             .as_fd()
     }
 
-    /// Which signal pipe stands for this end's readiness, and which wakers its waiting tasks
-    /// use: [`READABLE`] for a reader, [`FULL`] for a writer. The same descriptor polls the
-    /// other side's death: `POLLHUP` on the readable pipe's read end (no writer holds its write
-    /// end), `POLLERR` on the full pipe's write end (no reader holds its read end).
+    /// Which readiness this end stands for, and which wakers its waiting tasks use:
+    /// [`READABLE`] for a reader, [`FULL`] for a writer.
     pub(crate) fn own(&self) -> usize {
         if self.side == Side::Read {
             READABLE
@@ -242,15 +252,15 @@ impl End {
         .wake();
     }
 
-    /// The descriptor this end hands out for polling (the readable pipe's read end for a
-    /// reader, the full pipe's write end for a writer), made exact first.
+    /// The descriptor this end hands out for polling (the signal pipe's read end for a
+    /// reader, its write end for a writer), made exact first.
     #[cfg(not(loom))]
     pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // Acquire: pairs with the Release store in `enable_polling`.
         if !self.polling.load(std::sync::atomic::Ordering::Acquire) {
             self.enable_polling(); // again at the next call if it could not finish
         }
-        self.signal(self.own())
+        self.signal()
     }
 
     /// Wraps this end in an async adapter. While its pipe is [confined](Shared::confined) to
@@ -277,9 +287,9 @@ impl End {
     }
 
     /// Starts keeping this end's descriptor exact, in every process: sets the region's `polled`
-    /// flag for this side and brings the descriptor to the ring's state. Only this side can:
-    /// while nobody polls, the readable pipe holds its byte (a reader removes it if the ring is
-    /// empty) and the full pipe is empty (a writer adds its byte if the ring is full).
+    /// flag for this side and brings the descriptor to the ring's state. This side can: while
+    /// nobody polls, the signal pipe holds one packet in two slots, so only a reader may have
+    /// to remove it (the ring is empty) and only a writer add one (the ring is full).
     #[cfg(not(loom))]
     fn enable_polling(&self) {
         let h = self.shared.header();
@@ -303,12 +313,14 @@ impl End {
     }
 
     /// After a state change by this side (a publication, a consumption, a resize): if some
-    /// process polls, brings the signal pipes this side can change to the ring's state. A
-    /// writer can only add the bytes (it holds the write ends), a reader only remove them, and
-    /// each state change is made by the side that can reflect it: data appears and the ring
-    /// fills only by writes, it empties and frees room only by reads. Transitions are
-    /// serialized by `sig_lock` and each rereads the indices under it, so the last sync after
-    /// the last change leaves both descriptors exact. At most one syscall per transition.
+    /// process polls, brings the signal pipe to the ring's state. A writer can only add packets
+    /// (it holds the write end), a reader only remove them, and each state change of the ring
+    /// is made by the side that can reflect it: data appears and the ring fills only by writes,
+    /// it empties and frees room only by reads. A resize changes fullness by either side; the
+    /// resizer then changes the signal pipe's slot count instead, which either end may do.
+    /// Transitions are serialized by `sig_lock` and each rereads the indices under it, so the
+    /// last sync after the last change leaves both descriptors exact. Usually one system call
+    /// per transition.
     #[cfg(not(loom))]
     #[inline]
     pub(crate) fn sync(&self) {
@@ -341,49 +353,145 @@ impl End {
         self.wake_peer_waiters();
     }
 
-    /// The body of [`End::sync`], with `sig_lock` held.
+    /// The body of [`End::sync`], with `sig_lock` held. The descriptors poll `POLLIN` while
+    /// `packets >= 1` and `POLLOUT` while `packets < slots`; what the polled sides call for is
+    /// a range of packets, and this side moves the count into it as far as it can.
     #[cfg(not(loom))]
     fn sync_locked(&self) {
+        use crate::sys::mm::PAGE_SIZE;
+        use crate::sys::pipe::{read_byte, set_pipe_size, write_byte};
         let sh = &*self.shared;
         let h = sh.header();
         let (head, tail) = sh.indices();
         let occupied = ring::occupancy(head, tail);
-        let want = [
-            occupied >= sh.limit_now(), // FULL
-            occupied != 0,              // READABLE
-        ];
-        for which in [READABLE, FULL] {
-            if h.polled[which].load(Ordering::Relaxed) == 0 {
-                continue;
+        let readable = occupied != 0;
+        let full = occupied >= sh.limit_now();
+        let polled = |which: usize| h.polled[which].load(Ordering::Relaxed) != 0;
+        let fd = self.signal();
+        let (mut packets, mut slots) = self.signal_state();
+        let mut lied = false;
+        // A shrink by a reader may have left one slot; data with room calls for two.
+        if polled(FULL) && readable && !full && slots < 2 {
+            match set_pipe_size(fd, SIGNAL_SLOTS as usize * PAGE_SIZE) {
+                Ok(()) => slots = SIGNAL_SLOTS,
+                Err(_) => lied = true,
             }
-            let charged = h.charged[which].load(Ordering::Relaxed) != 0;
-            let fd = self.signal(which);
-            let done = match (self.side, charged, want[which]) {
-                (Side::Write, false, true) => crate::sys::pipe::write_byte(fd).map(|()| 1),
-                (Side::Read, true, false) => crate::sys::pipe::read_byte(fd).map(|()| 0),
-                _ => continue,
-            };
-            // A failure (a peer that lied about the state) is repaired by recover_signals on
-            // the next takeover; the flag keeps what the pipe holds as far as we know.
-            if let Ok(v) = done {
-                h.charged[which].store(v, Ordering::Relaxed);
+        }
+        let (mut lo, mut hi) = (0, u32::MAX);
+        if polled(READABLE) {
+            if readable {
+                lo = 1;
+            } else {
+                hi = 0;
             }
+        }
+        if polled(FULL) {
+            if full {
+                lo = lo.max(slots);
+            } else {
+                hi = hi.min(slots - 1);
+            }
+        }
+        if packets < lo {
+            if self.side == Side::Write {
+                while packets < lo {
+                    match write_byte(fd) {
+                        Ok(()) => packets += 1,
+                        // No reader left (`EPIPE`): only the slot count can tell a writer
+                        // polling for room, below. Anything else: the pipe holds what we did
+                        // not put there; ask the kernel.
+                        Err(e) => {
+                            lied = e.kind() != std::io::ErrorKind::BrokenPipe;
+                            break;
+                        }
+                    }
+                }
+            }
+            if packets < lo && lo == slots && packets.is_power_of_two() && !lied {
+                // A reader that made the ring full (a shrink), or a writer with no reader left:
+                // fewer slots instead of another packet.
+                match set_pipe_size(fd, packets as usize * PAGE_SIZE) {
+                    Ok(()) => slots = packets,
+                    Err(_) => lied = true,
+                }
+            }
+        } else if packets > hi {
+            if self.side == Side::Read {
+                while packets > hi {
+                    match read_byte(fd) {
+                        Ok(()) => packets -= 1,
+                        Err(_) => {
+                            lied = true;
+                            break;
+                        }
+                    }
+                }
+                if packets == 0 && slots != SIGNAL_SLOTS {
+                    // Back to the usual count while the pipe is empty (always allowed).
+                    match set_pipe_size(fd, SIGNAL_SLOTS as usize * PAGE_SIZE) {
+                        Ok(()) => slots = SIGNAL_SLOTS,
+                        Err(_) => lied = true,
+                    }
+                }
+            } else if hi == slots - 1 {
+                // A writer made room in a full ring (a resize): more slots instead of taking
+                // a packet out.
+                let more = (packets + 1).next_power_of_two();
+                if more <= MAX_SIGNAL_SLOTS {
+                    match set_pipe_size(fd, more as usize * PAGE_SIZE) {
+                        Ok(()) => slots = more,
+                        Err(_) => lied = true,
+                    }
+                }
+            }
+        }
+        if lied {
+            (packets, slots) = self.ask_signal_pipe();
+        }
+        h.signal[PACKETS].store(packets, Ordering::Relaxed);
+        h.signal[SLOTS].store(slots, Ordering::Relaxed);
+    }
+
+    /// The signal pipe's `(packets, slots)` as the header records them, validated; what the
+    /// kernel says if a peer left values no sync writes.
+    #[cfg(not(loom))]
+    fn signal_state(&self) -> (u32, u32) {
+        let h = self.shared.header();
+        let packets = h.signal[PACKETS].load(Ordering::Relaxed);
+        let slots = h.signal[SLOTS].load(Ordering::Relaxed);
+        if slots.is_power_of_two() && slots <= MAX_SIGNAL_SLOTS && packets <= slots {
+            (packets, slots)
+        } else {
+            self.ask_signal_pipe()
         }
     }
 
-    /// After taking `sig_lock` from a holder that died: the charged flags may not match the
-    /// signal pipes; asks the kernel what they hold.
+    /// The signal pipe's `(packets, slots)` as the kernel has them (bytes queued stand for
+    /// packets: ours are one byte each), clamped to what a sync can work with.
+    #[cfg(not(loom))]
+    fn ask_signal_pipe(&self) -> (u32, u32) {
+        use crate::sys::mm::PAGE_SIZE;
+        let fd = self.signal();
+        let slots =
+            crate::sys::pipe::pipe_size(fd).map_or(SIGNAL_SLOTS as usize, |b| b / PAGE_SIZE);
+        let slots = u32::try_from(slots)
+            .unwrap_or(MAX_SIGNAL_SLOTS)
+            .clamp(1, MAX_SIGNAL_SLOTS);
+        let packets = crate::sys::pipe::fionread(fd).unwrap_or(0);
+        (u32::try_from(packets).unwrap_or(slots).min(slots), slots)
+    }
+
+    /// After taking `sig_lock` from a holder that died: the header's record of the signal pipe
+    /// may not match it; asks the kernel what it holds.
     #[cfg(not(loom))]
     fn recover_signals(&self, taken: Taken) {
         if taken != Taken::FromDead {
             return;
         }
+        let (packets, slots) = self.ask_signal_pipe();
         let h = self.shared.header();
-        for which in [READABLE, FULL] {
-            if let Ok(n) = crate::sys::pipe::fionread(self.signal(which)) {
-                h.charged[which].store(u32::from(n > 0), Ordering::Relaxed);
-            }
-        }
+        h.signal[PACKETS].store(packets, Ordering::Relaxed);
+        h.signal[SLOTS].store(slots, Ordering::Relaxed);
     }
 
     /// Whether the other end has no holder left in any process. Without `force`, asks the
@@ -413,17 +521,17 @@ impl End {
 
     #[cfg(not(loom))]
     fn ask_kernel(&self) -> bool {
-        if self.signals.is_none() {
+        if self.signal.is_none() {
             return false;
         }
-        // A reader asks its readable pipe's read end (POLLHUP: no writer holds the write end);
-        // a writer its full pipe's write end (POLLERR: no reader holds the read end).
+        // A reader asks the signal pipe's read end (POLLHUP: no writer holds the write end);
+        // a writer its write end (POLLERR: no reader holds the read end).
         let gone = if self.side == Side::Read {
             libc::POLLHUP
         } else {
             libc::POLLERR
         };
-        let gone = crate::sys::poll::poll_now(self.signal(self.own()), 0) & gone != 0;
+        let gone = crate::sys::poll::poll_now(self.signal(), 0) & gone != 0;
         if gone {
             // Acquire: the peers' last publications happened before their descriptors closed,
             // which the kernel's poll observed; our later loads of head/tail must see them.
@@ -482,9 +590,9 @@ impl Drop for End {
         // Close our descriptor of the end first: a peer that sees the bump below and asks the
         // kernel must not count us. The watcher stops watching it before it closes.
         #[cfg(not(loom))]
-        if self.signals.is_some() {
+        if self.signal.is_some() {
             crate::watch::unwatch(self);
-            drop(self.signals.take());
+            drop(self.signal.take());
         }
         #[cfg(loom)]
         // AcqRel: Release pairs with the Acquire load in ask_kernel (our publications happen

@@ -11,23 +11,27 @@
 //!   uncontended read or write makes no syscall and a live sleeper is never missed; a peer that
 //!   died cannot wake anyone, so every tick a sleeper asks the kernel whether the other end
 //!   still has a holder.
-//! - Which processes hold an end is counted by the kernel, through two small kernel pipes per
-//!   pagepipe, its *signal pipes*. Every process holding a [`Writer`](crate::Writer) keeps the write ends of
-//!   both open, every process holding a [`Reader`](crate::Reader) their read ends; descriptors follow `fork`,
-//!   `SCM_RIGHTS` and exec like the ends they stand for, and the kernel closes them when a
-//!   process exits or is killed. So the *readable* pipe's read end polls `POLLHUP` exactly when
-//!   no process holds a writer, and the *full* pipe's write end `POLLERR` when none holds a
+//! - Which processes hold an end is counted by the kernel, through one small kernel pipe per
+//!   pagepipe, its *signal pipe*. Every process holding a [`Writer`](crate::Writer) keeps its
+//!   write end open, every process holding a [`Reader`](crate::Reader) its read end;
+//!   descriptors follow `fork`, `SCM_RIGHTS` and exec like the ends they stand for, and the
+//!   kernel closes them when a process exits or is killed. So the read end polls `POLLHUP`
+//!   exactly when no process holds a writer, and the write end `POLLERR` when none holds a
 //!   reader. A process that closes its last handle of an end bumps a counter in the region, so
 //!   the other side knows when to ask the kernel.
-//! - The same two descriptors are what [`Reader`](crate::Reader) and [`Writer`](crate::Writer) hand out as `AsFd`: once some
-//!   process polls an end, the readable pipe holds one byte exactly while the ring holds data,
-//!   and the full pipe (one page of capacity) one byte exactly while the ring is full, so
-//!   `poll(2)` and `epoll(7)` see what they would see on a kernel pipe (see `End::sync` in `end.rs`).
+//! - The same descriptors are what [`Reader`](crate::Reader) and [`Writer`](crate::Writer)
+//!   hand out as `AsFd`. The signal pipe is in packet mode with two slots; once some process
+//!   polls an end, it holds one one-byte packet while the ring holds data and two while the
+//!   ring is full, so `poll(2)` and `epoll(7)` see what they would see on a kernel pipe (see
+//!   `End::sync` in `end.rs`; a resize changes the slot count instead, which either end can).
+//! - With the memory file (one description per process, which also holds the process key's
+//!   lock, see [`crate::lock`]), a pipe costs a process three descriptors with both ends, two
+//!   with one.
 //! - The ring's geometry changes only in `set_capacity`, which holds both sides, in place.
 //!
 //! Files, bottom to top (each uses only those above it):
 //! `shared` (the mapping, the side guards, publish and consume), `hint` (prefetch hints),
-//! `end` (signal pipes, liveness, readiness, blocking), `create` (a new pipe's region and
+//! `end` (the signal pipe, liveness, readiness, blocking), `create` (a new pipe's region and
 //! ends), `capacity` (resizing), then the handles: `writer`, `reader`, `notify/` (notification
 //! pipes), `splice`, `ready` (`AsFd`), `pass` (ends across processes).
 

@@ -1,6 +1,9 @@
 //! Handing an end to another process: over a Unix socket (`SCM_RIGHTS`) or to a child program
-//! (inherited descriptors named by an environment variable). An end travels as three
-//! descriptors: the region's memory file and this end's descriptors of the two signal pipes.
+//! (inherited descriptors named by an environment variable). An end travels as two
+//! descriptors: the region's memory file, through a description made for the journey (the
+//! sender's own holds its process key's lock, see `Shared::take_key`), and this end's
+//! descriptor of the signal pipe. The receiver opens the memory file again for a description
+//! of its own, whatever the sender kept.
 
 use crate::error::invalid;
 use crate::pipe::create;
@@ -18,16 +21,24 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 /// The message that carries an end: a tag and the side.
-const TAG: &[u8; 6] = b"PPEND1";
+const TAG: &[u8; 6] = b"PPEND2";
 
 impl End {
-    /// The descriptors an end travels as: memory file, full pipe, readable pipe.
-    fn raw_fds(&self) -> [RawFd; 3] {
-        [
-            self.shared.region.memfd().as_raw_fd(),
-            self.signal(0).as_raw_fd(),
-            self.signal(1).as_raw_fd(),
-        ]
+    /// The descriptors an end travels as: a fresh description of the memory file (kept open
+    /// by the caller until the end has left), and the signal pipe's.
+    fn travel_fds(&self) -> io::Result<(OwnedFd, [RawFd; 2])> {
+        let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
+        let fds = [memfd.as_raw_fd(), self.signal().as_raw_fd()];
+        Ok((memfd, fds))
+    }
+
+    /// Descriptors that carry a clone of this end: a fresh description of the memory file and
+    /// a duplicate of the signal pipe's end.
+    fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
+        let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
+        let signal = self.signal().try_clone_to_owned()?;
+        expose(&self.shared);
+        Ok([memfd, signal])
     }
 
     fn send_to(&self, sock: &UnixStream) -> io::Result<()> {
@@ -35,12 +46,13 @@ impl End {
         msg[..6].copy_from_slice(TAG);
         msg[6] = self.side().index() as u8;
         expose(&self.shared);
-        sys::net::send_fds(sock.as_fd(), &msg, &self.raw_fds())
+        let (_journey, fds) = self.travel_fds()?;
+        sys::net::send_fds(sock.as_fd(), &msg, &fds)
     }
 
     fn recv_from(sock: &UnixStream, side: Side) -> io::Result<End> {
         let mut msg = [0u8; 16];
-        let (n, fds) = sys::net::recv_fds(sock.as_fd(), &mut msg, 3)?;
+        let (n, fds) = sys::net::recv_fds(sock.as_fd(), &mut msg, 2)?;
         if n == 0 && fds.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -59,21 +71,23 @@ impl End {
                 side.name()
             )));
         }
-        let Ok([memfd, a, b]) = <[OwnedFd; 3]>::try_from(fds) else {
-            return Err(invalid("a pagepipe end carries three descriptors"));
+        let Ok([memfd, signal]) = <[OwnedFd; 2]>::try_from(fds) else {
+            return Err(invalid("a pagepipe end carries two descriptors"));
         };
-        End::attach(memfd, [a, b], side)
+        End::attach(memfd, signal, side)
     }
 
-    /// Checks the signal descriptors, maps a received region and makes this process's end.
-    fn attach(memfd: OwnedFd, signals: [OwnedFd; 2], side: Side) -> io::Result<End> {
-        for fd in &signals {
-            check_signal(fd.as_fd(), side)?;
-        }
+    /// Checks the signal descriptor, maps a received region (through a description of this
+    /// process's own) and makes this process's end.
+    fn attach(memfd: OwnedFd, signal: OwnedFd, side: Side) -> io::Result<End> {
+        check_signal(signal.as_fd(), side)?;
+        // The sender may keep the description it sent: the one our key's lock lives on must
+        // be ours alone. Without /proc, the received one (a correct sender keeps no copy).
+        let memfd = sys::fd::reopen(memfd.as_fd()).unwrap_or(memfd);
         let region = Region::attach(memfd)?;
         let shared = create::open(region);
         expose(&shared);
-        Ok(End::new(shared, side, signals))
+        Ok(End::new(shared, side, signal))
     }
 
     fn pass_to(self: &Arc<End>, cmd: &mut Command, var: &str) -> io::Result<()> {
@@ -83,11 +97,11 @@ impl End {
                 format!("{var:?} is not a valid environment variable name"),
             ));
         }
-        let fds = self.raw_fds();
+        let (journey, fds) = self.travel_fds()?;
         expose(&self.shared);
-        let [m, a, b] = fds;
-        cmd.env(var, format!("pagepipe:{}:{m}:{a}:{b}", self.side().name()));
-        let keep = self.clone();
+        let [m, signal] = fds;
+        cmd.env(var, format!("pagepipe:{}:{m}:{signal}", self.side().name()));
+        let keep = (self.clone(), journey);
         // SAFETY: the closure runs in the child between fork and exec; it calls only fcntl
         // (async-signal-safe) and allocates nothing. `keep` holds the descriptors open in the
         // parent until the Command is dropped, so the numbers name them at spawn time.
@@ -127,28 +141,27 @@ impl End {
             )));
         }
         // SAFETY: the numbers are open descriptors (checked above), only borrowed for the checks.
-        let [m, a, b] = fds.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
-        check_signal(a, side)?;
-        check_signal(b, side)?;
+        let [m, signal] = fds.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+        check_signal(signal, side)?;
         sys::memfd::memfd_info(m)?;
         taken.push(var.to_string());
         // SAFETY: the descriptors were inherited for us (pass_to set the variable and cleared
         // close-on-exec on exactly these), and TAKEN makes this the only owner.
-        let [memfd, a, b] = fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-        for fd in [&memfd, &a, &b] {
+        let [memfd, signal] = fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        for fd in [&memfd, &signal] {
             sys::fd::set_cloexec(fd.as_fd())?;
         }
-        End::attach(memfd, [a, b], side)
+        End::attach(memfd, signal, side)
     }
 }
 
-/// Parses `pagepipe:<side>:<memfd>:<full pipe fd>:<readable pipe fd>`.
-fn parse_env(value: &str, side: Side) -> Option<[RawFd; 3]> {
+/// Parses `pagepipe:<side>:<memfd>:<signal pipe fd>`.
+fn parse_env(value: &str, side: Side) -> Option<[RawFd; 2]> {
     let mut parts = value.split(':');
     if parts.next()? != "pagepipe" || parts.next()? != side.name() {
         return None;
     }
-    let mut fds = [0; 3];
+    let mut fds = [0; 2];
     for fd in &mut fds {
         *fd = parts.next()?.parse().ok()?;
     }
@@ -305,6 +318,53 @@ macro_rules! passing {
                     end: End::arc($check(End::from_env(var, $side)?)?),
                 })
             }
+
+            #[doc = concat!("New descriptors that carry a clone of this ", $name, ", for a transport")]
+            /// pagepipe does not know (a C program, Python's `multiprocessing`, a descriptor
+            /// store): the pipe's memory file, through an open file description of their own,
+            /// and this end's descriptor of the signal pipe, close-on-exec. While they are open
+            #[doc = concat!("they hold the ", $name, " as a clone does; [`", stringify!($end), "::from_fds`] makes")]
+            /// them an end again, in this process or another one.
+            ///
+            /// # Examples
+            /// Shown with a data pipe's writer; every kind of end works the same way:
+            ///
+            /// ```
+            /// use std::io::{Read, Write};
+            /// let (w, mut r) = pagepipe::pipe()?;
+            /// let fds = w.to_fds()?;
+            /// drop(w);
+            /// let mut w2 = pagepipe::Writer::from_fds(fds)?; // in another process, typically
+            /// w2.write_all(b"back")?;
+            /// drop(w2);
+            /// let mut s = String::new();
+            /// r.read_to_string(&mut s)?;
+            /// assert_eq!(s, "back");
+            /// # Ok::<(), std::io::Error>(())
+            /// ```
+            ///
+            /// # Errors
+            /// The OS's error if the descriptors cannot be made (a full descriptor table, no
+            /// `/proc` to open the memory file again).
+            pub fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
+                self.end.to_fds()
+            }
+
+            #[doc = concat!("The ", $name, " whose descriptors [`", stringify!($end), "::to_fds`] made, taking them over;")]
+            /// the region is mapped and validated as [`recv_from`](Self::recv_from) does.
+            ///
+            /// # Examples
+            #[doc = concat!("See [`", stringify!($end), "::to_fds`].")]
+            ///
+            /// # Errors
+            #[doc = concat!("[`io::ErrorKind::InvalidData`] if they are not the descriptors of a ", $name, " (or")]
+            /// its region fails validation); the OS's error.
+            pub fn from_fds(fds: [OwnedFd; 2]) -> io::Result<$end> {
+                let [memfd, signal] = fds;
+                Ok($end {
+                    end: End::arc($check(End::attach(memfd, signal, $side)?)?),
+                })
+            }
         }
     };
 }
@@ -380,14 +440,11 @@ mod tests {
 
     #[test]
     fn env_values_parse_strictly() {
-        assert_eq!(
-            parse_env("pagepipe:writer:5:6:7", Side::Write),
-            Some([5, 6, 7])
-        );
-        assert_eq!(parse_env("pagepipe:reader:5:6:7", Side::Write), None);
-        assert_eq!(parse_env("pagepipe:writer:5:6:7:8", Side::Write), None);
-        assert_eq!(parse_env("pagepipe:writer:5:6", Side::Write), None);
-        assert_eq!(parse_env("pagepipe:writer:x:6:7", Side::Write), None);
-        assert_eq!(parse_env("other:writer:5:6:7", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6", Side::Write), Some([5, 6]));
+        assert_eq!(parse_env("pagepipe:reader:5:6", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:5:6:7", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:5", Side::Write), None);
+        assert_eq!(parse_env("pagepipe:writer:x:6", Side::Write), None);
+        assert_eq!(parse_env("other:writer:5:6", Side::Write), None);
     }
 }

@@ -29,7 +29,7 @@ pub(crate) struct Shared {
     /// state that either side may have to reflect in its descriptor.
     #[cfg(not(loom))]
     pub(crate) local: [std::sync::Mutex<Option<std::sync::Weak<dyn LocalEnd>>>; 2],
-    /// Tasks of this process waiting in an async adapter, indexed like the signal pipes:
+    /// Tasks of this process waiting in an async adapter, indexed like `polled`:
     /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
     pub(crate) wakers: [Wakers; 2],
     /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
@@ -40,18 +40,13 @@ pub(crate) struct Shared {
     /// came from another (see [`Shared::confined`]).
     #[cfg(not(loom))]
     pub(crate) exposed: std::sync::atomic::AtomicBool,
-    /// Ends open in this (only) process: loom's stand-in for the signal pipes.
+    /// Ends open in this (only) process: loom's stand-in for the signal pipe.
     #[cfg(loom)]
     pub(crate) open: [crate::sync::AtomicUsize; 2],
     /// This process's key on the pipe (see [`crate::lock`]) with the fork generation it was
     /// taken in, `(generation + 1) << 32 | key`; 0 until taken.
     #[cfg(not(loom))]
     key: std::sync::atomic::AtomicU64,
-    /// The open file description of the memory file that holds the key's lock, this mapping's
-    /// own (not shared with any other process or mapping), -1 until the key is taken. Closed in
-    /// a forked child, which inherited it (see [`Shared::forget_key`]).
-    #[cfg(not(loom))]
-    key_fd: std::sync::atomic::AtomicI32,
     /// The memory file's inode: names a lock the same from every mapping of the pipe in this
     /// process.
     #[cfg(not(loom))]
@@ -95,7 +90,7 @@ impl lock::Holders for Shared {
     }
 
     fn process_alive(&self, key: u32) -> io::Result<bool> {
-        crate::sys::fd::byte_locked(self.region.memfd(), KEY_BASE + u64::from(key))
+        crate::sys::fd::byte_locked(self.region.memfd()?, KEY_BASE + u64::from(key))
     }
 
     fn ours(&self, key: u32) -> bool {
@@ -306,10 +301,6 @@ impl ReadGuard<'_> {
 
 impl Shared {
     pub(crate) fn new(region: Region) -> Shared {
-        #[cfg(not(loom))]
-        fn region_fd(r: &Region) -> std::os::fd::BorrowedFd<'_> {
-            r.memfd()
-        }
         Shared {
             #[cfg(not(loom))]
             idle_mark: std::sync::atomic::AtomicU64::new(0),
@@ -328,51 +319,36 @@ impl Shared {
             #[cfg(not(loom))]
             key: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
-            key_fd: std::sync::atomic::AtomicI32::new(-1),
-            #[cfg(not(loom))]
-            ino: crate::sys::memfd::file_id(region_fd(&region)).map_or(0, |(_, ino)| ino),
+            ino: region
+                .memfd()
+                .and_then(crate::sys::memfd::file_id)
+                .map_or(0, |(_, ino)| ino),
             region,
         }
     }
 
     /// Takes this process's key on the pipe (see [`crate::lock`]): a byte of the memory file
-    /// locked (`F_OFD_SETLK`) through an open file description of this mapping's own, `pid`
-    /// unless another holder has that byte. Its own description, not the one `fork`, exec and
-    /// `SCM_RIGHTS` share: the lock lives exactly as long as this process keeps it (a forked
-    /// child closes its copy, [`Shared::forget_key`], and takes a key of its own).
+    /// locked (`F_OFD_SETLK`) through this mapping's own open file description of it (see
+    /// `Region::memfd`), `pid` unless another holder has that byte. Its own description, not
+    /// one that `fork`, exec or `SCM_RIGHTS` share: the lock lives exactly as long as this
+    /// process keeps the mapping (a forked child reopens the file, [`Shared::forget_key`], and
+    /// takes a key of its own).
     #[cfg(not(loom))]
     #[cold]
     fn take_key(&self) -> io::Result<u32> {
-        use std::os::fd::{BorrowedFd, IntoRawFd};
-        use std::sync::atomic::Ordering as O;
         let generation = lock::fork_generation();
-        let mut raw = self.key_fd.load(O::Acquire);
-        if raw < 0 {
-            let fd = crate::sys::fd::reopen(self.region.memfd())
-                .map_err(|e| {
-                    io::Error::new(e.kind(), format!("cannot take a key on the pipe: {e}"))
-                })?
-                .into_raw_fd();
-            // AcqRel: the winner's descriptor is the one every thread uses.
-            raw = match self.key_fd.compare_exchange(-1, fd, O::AcqRel, O::Acquire) {
-                Ok(_) => fd,
-                Err(theirs) => {
-                    crate::sys::fd::close_raw(fd);
-                    theirs
-                }
-            };
-        }
-        // SAFETY: `raw` stays open while `self` lives (closed in Drop or, in a forked child, by
-        // `forget_key` before any thread of the child can run this).
-        let desc = unsafe { BorrowedFd::borrow_raw(raw) };
+        let desc = self.region.memfd()?;
         let pid = std::process::id();
         for i in 0..16u32 {
             let key = pid.wrapping_add(i.wrapping_mul(KEY_STRIDE)).max(1);
             // Our own description may hold the byte already (another thread won the race):
             // the OFD lock call succeeds again for the same description.
             if crate::sys::fd::lock_byte(desc, KEY_BASE + u64::from(key))? {
-                self.key
-                    .store((generation + 1) << 32 | u64::from(key), O::Relaxed);
+                self.key.store(
+                    (generation + 1) << 32 | u64::from(key),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                own_keys().push((self.ino, key, generation));
                 return Ok(key);
             }
         }
@@ -381,17 +357,16 @@ impl Shared {
         ))
     }
 
-    /// In a forked child (fork handler, one thread): closes the child's copy of the parent's
-    /// key description, so the parent's key dies with the parent, whatever the child does.
+    /// In a forked child (fork handler, one thread): the child's memory file descriptor gets a
+    /// description of its own in place of the parent's, so the parent's key dies with the
+    /// parent, whatever the child does.
     #[cfg(not(loom))]
     pub(crate) fn forget_key(&self) {
-        let raw = self.key_fd.swap(-1, std::sync::atomic::Ordering::Relaxed);
-        if raw >= 0 {
-            crate::sys::fd::close_raw(raw);
-        }
+        self.region.forget_in_forked_child();
     }
 
-    /// This mapping is gone: its key (if it took one) is no longer this process's.
+    /// This mapping is gone: its key (if it took one) is no longer this process's. (The lock
+    /// goes with the description, closed with the region.)
     #[cfg(not(loom))]
     fn drop_key(&self) {
         let cached = self.key.load(std::sync::atomic::Ordering::Relaxed);
@@ -400,7 +375,6 @@ impl Shared {
             let key = cached as u32;
             own_keys().retain(|&(ino, k, g)| !(ino == self.ino && k == key && g == generation));
         }
-        self.forget_key();
     }
 
     /// Whether every end of this pipe is in this process: it was made here, and neither did

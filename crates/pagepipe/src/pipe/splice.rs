@@ -244,8 +244,16 @@ fn same_pipe(from: &Reader, to: &Writer) -> io::Result<bool> {
     if std::sync::Arc::ptr_eq(a, b) {
         return Ok(true);
     }
-    let ida = sys::memfd::file_id(a.region.memfd()).map_err(|e| invalid(e.to_string()))?;
-    let idb = sys::memfd::file_id(b.region.memfd()).map_err(|e| invalid(e.to_string()))?;
+    let ida = a
+        .region
+        .memfd()
+        .and_then(sys::memfd::file_id)
+        .map_err(|e| invalid(e.to_string()))?;
+    let idb = b
+        .region
+        .memfd()
+        .and_then(sys::memfd::file_id)
+        .map_err(|e| invalid(e.to_string()))?;
     Ok(ida == idb)
 }
 
