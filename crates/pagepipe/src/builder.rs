@@ -6,7 +6,7 @@ use crate::pipe::notify::{NotificationReader, Notifier};
 use crate::pipe::reader::Reader;
 use crate::pipe::writer::Writer;
 use crate::pool::policy::PoolPolicy;
-use crate::region::{self, check_slot_size, ring_size_for, Config};
+use crate::region::{self, check_slot_size, ring_size_for, Config, DEFAULT_MAX_CAPACITY};
 use crate::sys;
 use std::io;
 
@@ -53,6 +53,7 @@ pub fn pipe() -> io::Result<(Writer, Reader)> {
 #[derive(Clone, Debug)]
 pub struct Builder {
     capacity: usize,
+    max_capacity: usize,
     policy: PoolPolicy,
     slot_size: usize,
     packet: bool,
@@ -87,6 +88,7 @@ impl Builder {
     pub fn new() -> Builder {
         Builder {
             capacity: DEFAULT_CAPACITY,
+            max_capacity: DEFAULT_MAX_CAPACITY,
             policy: PoolPolicy::default(),
             slot_size: sys::mm::PAGE_SIZE,
             packet: false,
@@ -100,6 +102,26 @@ impl Builder {
     /// See [`Builder::new`].
     pub fn capacity(mut self, bytes: usize) -> Builder {
         self.capacity = bytes;
+        self
+    }
+
+    /// The most the pipe may grow to with `set_capacity` (rounded as [`Builder::capacity`]
+    /// rounds; at least the capacity): from 1 byte to [`crate::MAX_CAPACITY`], default
+    /// [`crate::DEFAULT_MAX_CAPACITY`] (16 MiB). The pipe reserves address space for twice
+    /// this (room to grow and to stage a resize), never memory: pages are allocated as data
+    /// arrives. A process that makes many pipes lowers it; one that grows a pipe past 16 MiB
+    /// raises it.
+    ///
+    /// ```
+    /// let (w, _r) = pagepipe::Builder::new().max_capacity(1 << 30).build()?;
+    /// assert_eq!(w.set_capacity(256 << 20)?, 256 << 20);
+    /// let (w, _r) = pagepipe::Builder::new().max_capacity(64 << 10).build()?;
+    /// let e = w.set_capacity(128 << 10).unwrap_err();
+    /// assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn max_capacity(mut self, bytes: usize) -> Builder {
+        self.max_capacity = bytes;
         self
     }
 
@@ -160,7 +182,8 @@ impl Builder {
     /// Creates the pipe.
     ///
     /// # Errors
-    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above [`crate::MAX_CAPACITY`], or
+    /// [`io::ErrorKind::InvalidInput`] for a capacity or maximum capacity of 0 or above
+    /// [`crate::MAX_CAPACITY`], or
     /// a slot size that is not a power of two from 4 KiB to 1 GiB; [`io::ErrorKind::Unsupported`] on a
     /// system whose page size is not 4 KiB; the OS's error if it refuses the ring's mapping.
     ///
@@ -169,6 +192,7 @@ impl Builder {
     pub fn build(self) -> io::Result<(Writer, Reader)> {
         check_slot_size(self.slot_size)?;
         let ring_size = ring_size_for(self.capacity, self.slot_size)?;
+        let reach = ring_size_for(self.max_capacity, self.slot_size)?.max(ring_size);
         check_page_size()?;
         let config = Config {
             policy: self.policy,
@@ -176,7 +200,7 @@ impl Builder {
             slot_size: self.slot_size,
             notes: 0,
         };
-        let (w, r) = create(ring_size, config)?;
+        let (w, r) = create(ring_size, config, reach)?;
         Ok((Writer { end: w }, Reader { end: r }))
     }
 }
@@ -230,7 +254,7 @@ impl NotificationBuilder {
             slot_size: sys::mm::PAGE_SIZE,
             notes: ring,
         };
-        let (w, r) = create(ring, config)?;
+        let (w, r) = create(ring, config, ring)?;
         Ok((Notifier { end: w }, NotificationReader { end: r }))
     }
 }

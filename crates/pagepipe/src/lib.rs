@@ -66,4 +66,4 @@ pub use pipe::writer::{WriteChunk, Writer, PIPE_BUF};
 pub use pool::policy::PoolPolicy;
 pub use pressure::PressureMonitor;
 pub use reclaim::shrink;
-pub use region::{MAX_CAPACITY, MAX_RECORDS};
+pub use region::{DEFAULT_MAX_CAPACITY, MAX_CAPACITY, MAX_RECORDS};

@@ -2,8 +2,9 @@
 //!
 //! Every process holding an end maps the same memory file, at an address of its own: the region
 //! holds offsets and indices, never pointers, and only fixed-width integers. The geometry is
-//! reserved for the largest capacity a pipe may have ([`MAX_CAPACITY`]) when the pipe is
-//! made, so resizing never remaps (a sparse memory file costs nothing until touched).
+//! reserved when the pipe is made: positions for twice the largest ring the pipe may have
+//! ([`DEFAULT_MAX_CAPACITY`] unless its builder said otherwise; see [`positions_for`]), so
+//! resizing never remaps (a sparse memory file costs nothing until touched).
 //!
 //! Trust: a peer may write anything anywhere in the region at any time. The immutable words
 //! (magic, version, slot size, reserved slot count, configuration) are loaded once when a process
@@ -370,9 +371,11 @@ unsafe impl Send for Region {}
 // SAFETY: as for Send.
 unsafe impl Sync for Region {}
 
-/// The largest ring a region reserves for `slot_size`-byte slots.
-pub(crate) fn max_ring_for(slot_size: usize) -> usize {
-    (MAX_CAPACITY / slot_size).max(1)
+/// Slot positions a region reserves for a data pipe whose ring may grow to `reach` slots: twice
+/// as many, so that a resize always finds room to stage every queued slot past both rings (see
+/// `pipe/capacity.rs`). Only address space: the memory file is sparse.
+pub(crate) fn positions_for(reach: usize) -> usize {
+    2 * reach
 }
 
 fn encode_policy(p: PoolPolicy) -> [u32; 3] {
@@ -402,6 +405,12 @@ fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
 
 /// The largest capacity a pipe may have: 1 GiB.
 pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// The capacity a pipe may grow to with `set_capacity` unless its builder says otherwise
+/// ([`Builder::max_capacity`](crate::Builder::max_capacity)): 16 MiB (Linux lets an
+/// unprivileged process grow a pipe to 1 MiB, `/proc/sys/fs/pipe-max-size`). A pipe reserves
+/// address space for twice its maximum, and memory only for what it holds.
+pub const DEFAULT_MAX_CAPACITY: usize = 16 << 20;
 
 /// The slot count for a requested capacity: `F_SETPIPE_SZ`'s rounding (up to a power-of-two
 /// number of pages, at least one page), then divided into `slot_size` slots (at least one).
@@ -446,11 +455,16 @@ pub(crate) fn notes_ok(notes: usize, slot_size: usize) -> bool {
 }
 
 impl Region {
-    /// A new region for a ring of `ring_size` slots (reserving [`max_ring_for`] of them).
+    /// A new region for a ring of `ring_size` slots that may grow to `reach` slots (reserving
+    /// [`positions_for`] them; a notification pipe, never resized, exactly its ring).
     #[cfg(not(loom))]
-    pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<Region> {
-        let max_ring = max_ring_for(config.slot_size);
-        debug_assert!(ring_size <= max_ring && ring_size.is_power_of_two());
+    pub(crate) fn create(ring_size: usize, config: Config, reach: usize) -> io::Result<Region> {
+        let max_ring = if config.notes != 0 {
+            ring_size
+        } else {
+            positions_for(reach)
+        };
+        debug_assert!(ring_size <= reach && reach.is_power_of_two() && ring_size.is_power_of_two());
         let layout = Layout::of(config.slot_size, max_ring);
         let memfd = crate::sys::memfd::sealed_memfd(layout.total as u64)?;
         use std::os::fd::AsFd;
@@ -462,7 +476,7 @@ impl Region {
 
     /// A new region on the heap (loom models).
     #[cfg(loom)]
-    pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<Region> {
+    pub(crate) fn create(ring_size: usize, config: Config, _reach: usize) -> io::Result<Region> {
         use crate::sync::Padded;
         let header = Box::new(Header {
             magic: ColdU64::new(0),
@@ -600,20 +614,6 @@ impl Region {
         if check_slot_size(slot_size).is_err() {
             return Err(invalid(format!("bad slot size {slot_size} in the region")));
         }
-        let max_ring = h.max_ring.load(Ordering::Relaxed) as usize;
-        if max_ring != max_ring_for(slot_size) {
-            return Err(invalid(format!(
-                "region reserves {max_ring} slots of {slot_size} bytes, expected {}",
-                max_ring_for(slot_size)
-            )));
-        }
-        let layout = Layout::of(slot_size, max_ring);
-        if layout.total != size {
-            return Err(invalid(format!(
-                "region of {size} bytes, its header describes {}",
-                layout.total
-            )));
-        }
         let packet = match h.packet.load(Ordering::Relaxed) {
             0 => false,
             1 => true,
@@ -624,6 +624,26 @@ impl Region {
         if notes != 0 && !notes_ok(notes, slot_size) {
             return Err(invalid(format!(
                 "bad notification record count {notes} for {slot_size}-byte slots in the region"
+            )));
+        }
+        let max_ring = h.max_ring.load(Ordering::Relaxed) as usize;
+        let max_ok = if notes != 0 {
+            max_ring == notes
+        } else {
+            max_ring >= 2
+                && max_ring.is_power_of_two()
+                && max_ring <= positions_for((MAX_CAPACITY / slot_size).max(1))
+        };
+        if !max_ok {
+            return Err(invalid(format!(
+                "region reserves {max_ring} slots of {slot_size} bytes, not a size pagepipe makes"
+            )));
+        }
+        let layout = Layout::of(slot_size, max_ring);
+        if layout.total != size {
+            return Err(invalid(format!(
+                "region of {size} bytes, its header describes {}",
+                layout.total
             )));
         }
         let config = Config {
@@ -638,6 +658,16 @@ impl Region {
             config,
             max_ring,
         ))
+    }
+
+    /// The largest ring `set_capacity` may make: half the reserved positions (the other half
+    /// stages a resize), or a notification pipe's ring.
+    pub(crate) fn reach(&self) -> usize {
+        if self.config.notes != 0 {
+            self.max_ring
+        } else {
+            self.max_ring / 2
+        }
     }
 
     /// The memory file behind the region, through this mapping's own description (see
@@ -799,13 +829,16 @@ mod tests {
         assert!(notes_ring_for(0).is_err() && notes_ring_for(513).is_err());
     }
 
+    /// A default pipe reserves room to grow to 16 MiB and to stage that much: 32 MiB and a
+    /// slot table, well under issue 23's 64 MiB of address space for a 64 KiB pipe.
     #[test]
-    fn layout_reserves_the_largest_ring() {
-        let l = Layout::of(4096, max_ring_for(4096));
+    fn layout_reserves_twice_the_reach() {
+        let reach = DEFAULT_MAX_CAPACITY / 4096;
+        let l = Layout::of(4096, positions_for(reach));
         assert_eq!(l.slots, 4096);
-        assert_eq!(l.arena, 4096 + (1 << 18) * 64);
-        assert_eq!(l.total, l.arena + (1 << 30));
-        assert_eq!(max_ring_for(1 << 30), 1);
+        assert_eq!(l.arena, 4096 + 2 * reach * 64);
+        assert_eq!(l.total, l.arena + 2 * DEFAULT_MAX_CAPACITY);
+        assert!(l.total <= 64 << 20);
     }
 
     #[test]

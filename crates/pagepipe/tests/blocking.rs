@@ -148,11 +148,38 @@ fn shrinking_below_queued_slots_is_busy() {
     assert_eq!(w.capacity(), 16384);
 }
 
+/// A pipe grows up to its maximum, full or not (the region reserved room to stage a full ring
+/// of the largest size), and no further: `PermissionDenied`, as Linux above `pipe-max-size`.
+#[test]
+fn a_full_pipe_grows_to_its_maximum_and_no_further() {
+    let (mut w, mut r) = Builder::new()
+        .capacity(32 << 10)
+        .max_capacity(64 << 10)
+        .build()
+        .unwrap();
+    let data: Vec<u8> = (0..32 << 10).map(|i| (i * 7 % 251) as u8).collect();
+    w.write_all(&data).unwrap();
+    assert_eq!(w.set_capacity(64 << 10).unwrap(), 64 << 10);
+    let e = w.set_capacity(128 << 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+    assert!(e.to_string().contains("max_capacity"), "{e}");
+    w.write_all(&data).unwrap(); // full again, at the maximum
+    assert_eq!(r.set_capacity(64 << 10).unwrap(), 64 << 10);
+    let mut back = vec![0u8; 64 << 10];
+    r.read_exact(&mut back).unwrap();
+    assert!(back[..32 << 10] == data[..] && back[32 << 10..] == data[..]);
+    // A capacity above the default maximum raises the maximum with it.
+    let (w, _r) = Builder::new().capacity(32 << 20).build().unwrap();
+    assert_eq!(w.capacity(), 32 << 20);
+}
+
 #[test]
 fn bad_input_is_a_clear_invalid_input_error() {
     for b in [
         Builder::new().capacity(0),
         Builder::new().capacity(pagepipe::MAX_CAPACITY + 1),
+        Builder::new().max_capacity(0),
+        Builder::new().max_capacity(pagepipe::MAX_CAPACITY + 1),
         Builder::new().slot_size(6000),
         Builder::new().slot_size(2048),
         Builder::new().slot_size(0),

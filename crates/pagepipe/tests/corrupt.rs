@@ -248,9 +248,9 @@ fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
     );
 }
 
-/// Where the ring's first page starts in the region of a pipe with 4 KiB slots: the header
-/// page, then the slot table for the largest ring (1 GiB of slots, 64 bytes each).
-const ARENA: usize = 4096 + (1 << 30) / 4096 * 64;
+/// Where the ring's first page starts in the region of a default pipe with 4 KiB slots: the
+/// header page, then the slot table for twice the largest ring (16 MiB of slots, 64 bytes each).
+const ARENA: usize = 4096 + 2 * (pagepipe::DEFAULT_MAX_CAPACITY / 4096) * 64;
 
 /// Once another process may hold an end, a read chunk's safe slices are this process's copy:
 /// a peer's write to the ring leaves them as they were (a `&[u8]` over memory a peer writes

@@ -1,5 +1,6 @@
-//! `F_SETPIPE_SZ`: resizing a pipe in place, holding both sides (the region reserved the largest
-//! ring when it was made, so nothing is remapped).
+//! `F_SETPIPE_SZ`: resizing a pipe in place, holding both sides (the region reserved positions
+//! for the largest ring the pipe may have, and as many again to stage a resize, when it was
+//! made, so nothing is remapped).
 //!
 //! A slot's data lives at its position (index modulo the ring size), so a new size moves the
 //! queued slots. The move survives the resizer's death at any instant, with no byte ever held
@@ -31,6 +32,17 @@ impl Shared {
         }
         let ss = self.config().slot_size;
         let new_ring = ring_size_for(bytes, ss)?;
+        if new_ring > self.region.reach() {
+            // Linux: EPERM above /proc/sys/fs/pipe-max-size.
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "pipe capacity {bytes} is above this pipe's maximum of {} bytes \
+                     (Builder::max_capacity)",
+                    self.region.reach() * ss
+                ),
+            ));
+        }
         let wait = lock::Wait::Until(deadline);
         let mut ws = self.lock_write(wait)?;
         let mut rs = self.lock_read(wait)?;
@@ -68,13 +80,12 @@ impl Shared {
         let count = (ws.head - tail) as usize; // <= min(old, new): checked by the caller
         let staging = old.max(new);
         if staging + count > self.region.max_ring {
-            return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!(
-                    "cannot resize the pipe with {count} slots queued: no room to stage them \
-                     (drain it, or resize with less data queued)"
-                ),
-            ));
+            // Not for rings within the reach (positions are twice the reach): only a peer's
+            // ring size could get here.
+            return Err(invalid(format!(
+                "a ring of {old} slots with {count} queued cannot be staged in {} positions",
+                self.region.max_ring
+            )));
         }
         for k in 0..count {
             let (pos, slot) = ring.slot(tail + k as u64);

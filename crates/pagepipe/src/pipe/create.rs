@@ -19,10 +19,15 @@ pub(crate) fn open(region: Region) -> Arc<Shared> {
     shared
 }
 
-/// Makes a new pipe's region of `ring_size` slots and its two ends in this process: `(write
-/// end, read end)`, for the caller to wrap in the handle types of its kind of pipe.
-pub(crate) fn create(ring_size: usize, config: Config) -> io::Result<(Arc<End>, Arc<End>)> {
-    let shared = open(Region::create(ring_size, config)?);
+/// Makes a new pipe's region of `ring_size` slots, which may grow to `reach`, and its two ends
+/// in this process: `(write end, read end)`, for the caller to wrap in the handle types of its
+/// kind of pipe.
+pub(crate) fn create(
+    ring_size: usize,
+    config: Config,
+    reach: usize,
+) -> io::Result<(Arc<End>, Arc<End>)> {
+    let shared = open(Region::create(ring_size, config, reach)?);
     #[cfg(not(loom))]
     let (w, r) = {
         use crate::region::SIGNAL_SLOTS;

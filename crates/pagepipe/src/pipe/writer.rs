@@ -154,11 +154,11 @@ impl Writer {
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than 1 GiB (where Linux would round 0 up to
-    /// one page); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold data than the new
-    /// size has, or (unlike Linux) when the queued slots find no room to be staged past both
-    /// sizes (the resize survives its caller's death by staging them first: only a resize to
-    /// or from near 1 GiB with that much queued is refused); [`io::ErrorKind::InvalidData`] if
-    /// the shared region is corrupt.
+    /// one page); [`io::ErrorKind::PermissionDenied`] (`EPERM`, as Linux above
+    /// `pipe-max-size`) above the pipe's maximum ([`Builder::max_capacity`](crate::Builder::max_capacity),
+    /// 16 MiB by default); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold
+    /// data than the new size has; [`io::ErrorKind::InvalidData`] if the shared region is
+    /// corrupt.
     ///
     /// ```
     /// let (w, _r) = pagepipe::pipe()?;
