@@ -294,7 +294,8 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
          pipes held with 1 byte queued in each, the process's /proc/self/fd entries, VmSize, \
          VmRSS, RssShmem and smaps_rollup Pss, and its memory cgroup's charge (user and kernel \
          pages, each once; other processes of the cgroup add noise), before and after, divided \
-         by the count. live pipes: pipes held by a child with RLIMIT_NOFILE {} until one fails.",
+         by the count. live pipes: pipes held by a child with RLIMIT_NOFILE {} (no data \
+         queued) until one fails.",
         a.iterations, a.pipes, a.fd_limit
     ));
     let stops = a.transport.iter().zip(&records).filter_map(|(t, rs)| {
