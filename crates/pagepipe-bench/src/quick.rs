@@ -95,8 +95,8 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
             idle_once(kp[i], wait, between).map(Run::from)
         })?;
     }
-    let (case, a) = scale::quick(&kp);
-    harness.run(case, |i| scale::measure(kp[i], &a))?;
+    let (case, scale_args) = scale::quick(&kp);
+    harness.run(case, |i| scale::measure(kp[i], &scale_args))?;
     harness.finish(
         "pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe, between \
          threads and between processes",

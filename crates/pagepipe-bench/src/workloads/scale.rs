@@ -145,7 +145,9 @@ fn live_pipes(t: Transport, fd_limit: u64, pipe_size: usize) -> io::Result<(u64,
         };
         // SAFETY: setrlimit with a valid rlimit, in this forked child only.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            let msg = format!("setrlimit(RLIMIT_NOFILE, {fd_limit}) for --fd-limit: {e}");
+            return Err(io::Error::new(e.kind(), msg));
         }
         let open = std::fs::read_dir("/proc/self/fd")?.count() as u64 - 1; // less read_dir's own
         let mut held = Vec::new();
@@ -181,6 +183,11 @@ fn describe(e: &io::Error) -> String {
 }
 
 /// One run of `t`: every metric of the module's doc.
+///
+/// # Errors
+/// `Unsupported` for a transport other than kernel and pagepipe; a pipe cannot be made or
+/// written where one must be (the idle pipes, create+drop); `/proc/self` cannot be read; the
+/// child cannot be forked, cannot set its limit, or fails.
 pub fn measure(t: Transport, a: &Args) -> io::Result<Run> {
     let idle = per_idle_pipe(t, a.pipes, a.pipe_size)?;
     let hist = create_drop(t, a.iterations, a.pipe_size)?;
