@@ -18,7 +18,7 @@ mod transport;
 mod workloads;
 
 use clap::{Parser, Subcommand};
-use workloads::{async_pipe, bw, dontcache, frag, lat, notify, peer_death, pipe, splice};
+use workloads::{async_pipe, bw, dontcache, frag, lat, notify, peer_death, pipe, scale, splice};
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +59,9 @@ enum Cmd {
     /// Notification pipes: records posted per second by 1 and 4 posters with a reader
     /// draining, and the loss rate when the reader stalls.
     Notify(notify::Args),
+    /// What one pipe costs and how many a process holds (issue 23): create+drop time, and per
+    /// idle pipe descriptors, address space and memory, and live pipes under a descriptor limit.
+    Scale(scale::Args),
     /// benchstat for two `--json` runs: medians, change with its interval, rank-test p-value.
     Compare(compare::Args),
 }
@@ -77,6 +80,7 @@ fn main() {
         Some(Cmd::Frag(a)) => frag::run(&a, opts),
         Some(Cmd::Splice(a)) => splice::run(&a, opts),
         Some(Cmd::Notify(a)) => notify::run(&a, opts),
+        Some(Cmd::Scale(a)) => scale::run(&a, opts),
         Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {

@@ -9,6 +9,7 @@ use crate::workloads::bw::{bw_case, bw_once};
 use crate::workloads::idle::{idle_case, idle_once};
 use crate::workloads::lat::{lat_case, lat_once};
 use crate::workloads::pipe::{self, variants, Workload};
+use crate::workloads::scale;
 use pagepipe::PoolPolicy;
 use std::io;
 use std::time::Duration;
@@ -94,6 +95,8 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
             idle_once(kp[i], wait, between).map(Run::from)
         })?;
     }
+    let (case, scale_args) = scale::quick(&kp);
+    harness.run(case, |i| scale::measure(kp[i], &scale_args))?;
     harness.finish(
         "pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe, between \
          threads and between processes",

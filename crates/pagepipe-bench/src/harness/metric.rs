@@ -12,7 +12,7 @@ pub enum Better {
 /// Metrics where more is better; every other metric (latencies `lat_*_ns`, `ns_per_frag`,
 /// `cpu_s`, `cpu_pct`, `minor_faults`, `peak_dirty_kib`, `cache_left_pct`, `writeback_waits`,
 /// ...) is a cost, where less is better.
-const HIGHER_IS_BETTER: [&str; 10] = [
+const HIGHER_IS_BETTER: [&str; 11] = [
     "mbps",
     "writes_per_s",
     "round_trips",
@@ -23,6 +23,7 @@ const HIGHER_IS_BETTER: [&str; 10] = [
     "msgs_per_s",
     "detected",
     "records",
+    "live_pipes",
 ];
 
 /// Which way `metric` is better. Every ratio in tables, charts and JSON is oriented by this, so

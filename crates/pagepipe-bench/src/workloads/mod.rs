@@ -13,4 +13,5 @@ pub mod lmbench;
 pub mod notify;
 pub mod peer_death;
 pub mod pipe;
+pub mod scale;
 pub mod splice;
