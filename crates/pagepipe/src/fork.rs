@@ -79,8 +79,8 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
     FORK_GUARD.with(|g| {
-        if let Some(reg) = g.borrow().as_ref() {
-            reg.owners_in_forked_child();
+        if let Some(reg) = g.borrow_mut().as_mut() {
+            reg.in_forked_child();
         }
     });
     if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {

@@ -59,15 +59,23 @@ pub(crate) trait Trim: Send + Sync {
 #[cfg(not(loom))]
 pub(crate) struct Registry {
     owners: Vec<Weak<dyn Trim>>,
-    /// The process whose trimmer thread runs (0: none yet). A forked child has no trimmer
-    /// thread (fork copies only the calling thread) until it registers a pipe of its own.
-    trimmer_pid: u32,
+    /// `owners.len()` at which a registration first drops the dead entries: twice the live
+    /// count at the last compaction, so registering costs O(1) amortized however many pipes
+    /// live.
+    compact_at: usize,
+    /// The trimmer waits for a registration (no pipe was left when it last looked).
+    sleeping: bool,
+    /// This process's trimmer thread runs. A forked child has none (fork copies only the
+    /// calling thread) until it registers a pipe of its own ([`Registry::in_forked_child`]).
+    trimmer: bool,
 }
 
 #[cfg(not(loom))]
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     owners: Vec::new(),
-    trimmer_pid: 0,
+    compact_at: 0,
+    sleeping: false,
+    trimmer: false,
 });
 
 /// Wakes the trimmer when a pipe is registered; it sleeps on it while no pipe exists.
@@ -97,8 +105,16 @@ impl Registry {
             .collect()
     }
 
+    /// In a forked child, with the registry locked (`self`): the parent's trimmer thread is
+    /// not here; then [`Trim::in_forked_child`] of every live owner.
+    pub(crate) fn in_forked_child(&mut self) {
+        self.trimmer = false;
+        self.sleeping = false;
+        self.owners_in_forked_child();
+    }
+
     /// [`Trim::in_forked_child`] of every live owner, with the registry locked (`self`).
-    pub(crate) fn owners_in_forked_child(&self) {
+    fn owners_in_forked_child(&self) {
         for owner in self.owners.iter().filter_map(Weak::upgrade) {
             owner.in_forked_child();
         }
@@ -111,21 +127,25 @@ impl Registry {
 #[cfg(not(loom))]
 pub(crate) fn register(owner: Weak<dyn Trim>) {
     let mut reg = registry();
-    reg.owners.retain(|w| w.strong_count() > 0);
+    if reg.owners.len() >= reg.compact_at {
+        reg.owners.retain(|w| w.strong_count() > 0);
+        reg.compact_at = (2 * reg.owners.len()).max(64);
+    }
+    // The trimmer sleeps only while no pipe is registered: wake it only then.
+    let idle = reg.sleeping;
     reg.owners.push(owner);
-    let pid = std::process::id();
-    if reg.trimmer_pid != pid {
+    if !reg.trimmer {
         // A failed spawn only means idle pipes keep their spare pages until the next read or
         // shrink(); it is not worth failing pipe creation for.
         let spawned = std::thread::Builder::new()
             .name("pagepipe-trim".into())
             .spawn(trimmer);
-        if spawned.is_ok() {
-            reg.trimmer_pid = pid;
-        }
+        reg.trimmer = spawned.is_ok();
     }
     drop(reg);
-    REGISTERED.notify_all();
+    if idle {
+        REGISTERED.notify_all();
+    }
 }
 
 /// The trimmer thread: every tick, trims idle pipes; sleeps while no pipe exists.
@@ -136,7 +156,8 @@ fn trimmer() {
         let reg = REGISTERED
             .wait_while(reg, |r| {
                 r.owners.retain(|w| w.strong_count() > 0);
-                r.owners.is_empty()
+                r.sleeping = r.owners.is_empty();
+                r.sleeping
             })
             .unwrap_or_else(|e| e.into_inner());
         drop(reg);

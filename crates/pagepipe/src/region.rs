@@ -337,12 +337,24 @@ pub(crate) struct Region {
 #[cfg(not(loom))]
 struct Backing {
     map: crate::sys::mm::Mapping,
-    /// The memory file, through an open file description of this mapping's own: the process
-    /// key's lock lives on it (see `Shared::take_key`), so it is never shared with another
-    /// process (a forked child reopens it, [`Region::forget_in_forked_child`]; an end that
-    /// travels gets a fresh one). -1 once a forked child could not reopen it.
+    /// This process's descriptor of the memory file, -1 once a forked child could not reopen
+    /// it. Until the process takes its key ([`KEYED`]) it names the description the mapping was
+    /// made from; from then on a description of its own, opened again for the key's lock and
+    /// never mapped (see [`Region::key_description`]).
     memfd: std::sync::atomic::AtomicI32,
+    /// [`UNKEYED`], [`KEYING`] or [`KEYED`].
+    keyed: std::sync::atomic::AtomicU8,
 }
+
+/// `Backing::keyed`: the descriptor still names the mapped description.
+#[cfg(not(loom))]
+const UNKEYED: u8 = 0;
+/// `Backing::keyed`: a thread is giving it a description of its own.
+#[cfg(not(loom))]
+const KEYING: u8 = 1;
+/// `Backing::keyed`: it names a description of its own, which only locks use.
+#[cfg(not(loom))]
+const KEYED: u8 = 2;
 
 #[cfg(not(loom))]
 impl Backing {
@@ -351,6 +363,7 @@ impl Backing {
         Backing {
             map,
             memfd: std::sync::atomic::AtomicI32::new(memfd.into_raw_fd()),
+            keyed: std::sync::atomic::AtomicU8::new(UNKEYED),
         }
     }
 }
@@ -568,9 +581,10 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
-        // See pipe::create::create: one packet in a pipe of two slots.
+        // See pipe::create::create: one packet, and a slot count not set yet (0: the first
+        // sync asks the kernel).
         h.signal[PACKETS].store(1, Ordering::Relaxed);
-        h.signal[SLOTS].store(SIGNAL_SLOTS, Ordering::Relaxed);
+        h.signal[SLOTS].store(0, Ordering::Relaxed);
         for pos in 0..ring_size {
             self.slot(pos)
                 .state
@@ -670,8 +684,8 @@ impl Region {
         }
     }
 
-    /// The memory file behind the region, through this mapping's own description (see
-    /// [`Backing::memfd`]).
+    /// This process's descriptor of the memory file (see [`Backing::memfd`]): for queries
+    /// (`F_OFD_GETLK`, `fstat`) and to open it again for a peer.
     ///
     /// # Errors
     /// `BrokenPipe` in a forked child that could not reopen it (see
@@ -688,28 +702,63 @@ impl Region {
                 "this process could not reopen the pipe's memory file after fork(2)",
             ));
         }
-        // SAFETY: `raw` stays open while `self` lives: only Drop closes it, and a forked
-        // child's handler replaces it in place (or, failing that, closes it before any other
-        // thread exists and stores -1 first).
+        // SAFETY: `raw` stays open while `self` lives: only Drop closes it; `key_description`
+        // and a forked child's handler replace the description in place (dup3), and a child
+        // that cannot stores -1 before it closes the number, with no other thread alive.
         Ok(unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) })
     }
 
-    /// In a forked child (fork handler, one thread): the inherited memory file descriptor
-    /// shares the parent's description, which holds the parent's key lock; the child gets a
-    /// description of its own in its place, so the parent's key dies with the parent. If that
-    /// fails (no `/proc`, a full descriptor table) the child closes its copy and every call
-    /// that needs the file fails with `BrokenPipe`: failing closed, never keeping the parent
-    /// alive in the eyes of its peers.
+    /// The description this process's key lock lives on: the memory file opened again
+    /// (through `/proc/self/fd`), in place of the descriptor's mapped one, the first time.
+    ///
+    /// Never the description the region is mapped from: a mapping holds its description, and
+    /// a forked child inherits the mapping, so a lock on it would outlive this process for as
+    /// long as any child does. Nor one any other process holds: an end that travels gets a
+    /// fresh description ([`Region::memfd`] opened again), and a forked child replaces its
+    /// copy of this one ([`Region::forget_in_forked_child`]).
+    ///
+    /// # Errors
+    /// The OS's error if the file cannot be opened again (no `/proc`, a full descriptor
+    /// table); `BrokenPipe` as for [`Region::memfd`].
+    #[cfg(not(loom))]
+    pub(crate) fn key_description(&self) -> io::Result<std::os::fd::BorrowedFd<'_>> {
+        use std::sync::atomic::Ordering as O;
+        let keyed = &self.backing.keyed;
+        loop {
+            // Acquire: pairs with the Release store of KEYED below (the dup3 is done).
+            match keyed.compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire) {
+                Ok(_) => {
+                    let raw = std::os::fd::AsRawFd::as_raw_fd(&self.memfd()?);
+                    let done = crate::sys::fd::reopen_in_place(raw);
+                    // Release: the replaced description is in place for whoever sees KEYED.
+                    keyed.store(if done.is_ok() { KEYED } else { UNKEYED }, O::Release);
+                    done?;
+                    return self.memfd();
+                }
+                Err(KEYED) => return self.memfd(),
+                Err(_) => std::thread::yield_now(), // another thread is reopening it
+            }
+        }
+    }
+
+    /// In a forked child (fork handler, one thread): if this process took its key, the
+    /// inherited descriptor shares the parent's key description; the child gets a description
+    /// of its own in its place, so the parent's key dies with the parent (the mapping the child
+    /// inherited holds only the mapped description, which no lock uses). If that fails (no
+    /// `/proc`, a full descriptor table) the child closes its copy and every call that needs
+    /// the file fails with `BrokenPipe`: failing closed, never keeping the parent alive in the
+    /// eyes of its peers.
     #[cfg(not(loom))]
     pub(crate) fn forget_in_forked_child(&self) {
-        let raw = self
-            .backing
-            .memfd
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if raw >= 0 && crate::sys::fd::reopen_in_place(raw).is_err() {
-            self.backing
-                .memfd
-                .store(-1, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering as O;
+        let raw = self.backing.memfd.load(O::Relaxed);
+        if raw < 0 || self.backing.keyed.load(O::Relaxed) == UNKEYED {
+            return;
+        }
+        if crate::sys::fd::reopen_in_place(raw).is_ok() {
+            self.backing.keyed.store(KEYED, O::Relaxed);
+        } else {
+            self.backing.memfd.store(-1, O::Relaxed);
             crate::sys::fd::close_raw(raw);
         }
     }

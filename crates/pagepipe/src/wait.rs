@@ -12,7 +12,7 @@ use crate::error::timed_out;
 use crate::ring::WAITING;
 use crate::sync::{AtomicU64, Futex, Ordering};
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Async tasks of this process waiting for one transition of one pipe (data arriving, room
 /// appearing): the in-process half of the adapters' wake-up. A side that makes the transition
@@ -87,7 +87,7 @@ pub(crate) fn sleep_until(
     futex: &Futex,
     ready: impl Fn(bool) -> bool,
     deadline: Option<Instant>,
-    watched: bool,
+    tick: impl Fn() -> Duration,
 ) -> io::Result<()> {
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(timed_out()); // also bounds a caller that keeps finding nothing to do
@@ -106,16 +106,10 @@ pub(crate) fn sleep_until(
         if ready(false) {
             return Ok(());
         }
-        // The kernel tells the death watcher when the peer dies, and it wakes us: then the tick
-        // is only a safety net. Without it (the watcher could not run or register this end),
-        // we ask the kernel ourselves every tick.
-        #[cfg(not(loom))]
-        let mut tick = crate::watch::tick(watched);
-        #[cfg(loom)]
-        let mut tick = {
-            let _ = watched;
-            crate::lock::TICK
-        };
+        // The kernel tells the death watcher when the peer dies, and it wakes us (and a peer of
+        // a confined pipe wakes us by its drop): then the tick is only a safety net. Without
+        // it (the watcher could not run or register this end), we ask the kernel every tick.
+        let mut tick = tick();
         if let Some(d) = deadline {
             let now = Instant::now();
             if now >= d {

@@ -11,12 +11,16 @@
 //! which every call checks with one load (no system call on the fast path), and wakes the end's
 //! sleepers, in every process, through the pipe's futex, and its async tasks here.
 //!
-//! The thread starts with the process's first end and lives as long as the process. A forked
-//! child has no thread (fork copies only the caller) and an inherited epoll instance that is
-//! the parent's: the fork handler forgets it, and the child starts its own at its next call on
-//! any end ([`ensure_running`]), registering every end it inherited. Where no thread can run
-//! (thread or epoll creation failed), sleepers keep the old fallback: they ask the kernel every
-//! [`crate::lock::TICK`].
+//! Only an end whose other side may be in another process needs watching: while a pipe is
+//! confined to the process that made it (no fork since, no end sent or received), its ends
+//! come and go by drops here, which wake the other side themselves. So an end is *armed*
+//! (registered with the instance) when its pipe stops being confined ([`arm`]: an end is sent,
+//! received or passed, or the process forks), and the thread starts with the first armed end
+//! and lives as long as the process. A forked child has no thread (fork copies only the
+//! caller) and an inherited epoll instance that is the parent's: the fork handler forgets it,
+//! and the child starts its own at its next call on any end ([`ensure_running`]), arming every
+//! end it inherited. Where no thread can run (thread or epoll creation failed), sleepers keep
+//! the old fallback: they ask the kernel every [`crate::lock::TICK`].
 
 use crate::sys;
 use std::collections::BTreeMap;
@@ -38,6 +42,13 @@ pub(crate) trait Watched: Send + Sync {
 
     /// Whether the watcher's epoll instance watches the end (it may fail to register one).
     fn set_watched(&self, watched: bool);
+
+    /// What [`Watched::set_watched`] last set.
+    fn watched(&self) -> bool;
+
+    /// Whether the end's pipe is still confined to this process (no end of it can be in
+    /// another): then it needs no watching.
+    fn confined(&self) -> bool;
 }
 
 /// The process's watcher: its epoll instance and every end it watches.
@@ -62,6 +73,9 @@ static WATCHER: Mutex<Watcher> = Mutex::new(Watcher {
 static CHILD: AtomicU64 = AtomicU64::new(0);
 /// `CHILD + 1` of the generation whose watcher runs, 0 while none does.
 static RUNNING: AtomicU64 = AtomicU64::new(0);
+/// `CHILD + 1` of the generation that needs a watcher (some end was armed, or ends were
+/// inherited across a fork), 0 while none does.
+static NEEDED: AtomicU64 = AtomicU64::new(0);
 
 /// Tick of a sleeper while the watcher runs: a safety net only (the watcher wakes sleepers when
 /// a side dies), long enough that a blocked end costs no measurable CPU.
@@ -82,28 +96,49 @@ fn running() -> bool {
 }
 
 /// How long a sleeper may sleep before it asks the kernel itself whether its peer is gone:
-/// long if the watcher runs and watches its end (`watched`), else [`crate::lock::TICK`].
-pub(crate) fn tick(watched: bool) -> Duration {
-    if watched && running() {
+/// long if the watcher runs and watches its end (`watched`) or its pipe is `confined` to this
+/// process (its peers' drops wake it), else [`crate::lock::TICK`].
+pub(crate) fn tick(watched: bool, confined: bool) -> Duration {
+    if confined || (watched && running()) {
         WATCHED_TICK
     } else {
         crate::lock::TICK
     }
 }
 
-/// Starts watching `end`'s hang-up descriptor (and the watcher, if this process has none).
+/// Notes a new end of this process, and arms it unless its pipe is confined (see the module
+/// docs).
 pub(crate) fn watch(end: &Arc<dyn Watched>) {
     let mut w = lock();
     w.ends.insert(key(end), Arc::downgrade(end));
+    if end.confined() {
+        return;
+    }
+    NEEDED.store(
+        CHILD.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
     let (ep, inherited) = w.start();
     if let Some(ep) = ep {
-        // SAFETY: the watcher thread owns the instance and never closes it.
-        let ep = unsafe { BorrowedFd::borrow_raw(ep) };
-        // A failure (no memory, the user's watch limit) leaves this end to the sleepers' tick.
-        end.set_watched(sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64).is_ok());
+        if !end.watched() {
+            // SAFETY: the watcher thread owns the instance and never closes it.
+            let ep = unsafe { BorrowedFd::borrow_raw(ep) };
+            // A failure (no memory, the user's watch limit) leaves it to the sleepers' tick.
+            end.set_watched(sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64).is_ok());
+        }
     }
     drop(w);
     drop(inherited); // after unlocking: dropping the last handle of an end unwatches it
+}
+
+/// Arms every end of this process whose pipe is no longer confined (an end left or came, or
+/// the process is about to fork), starting the watcher if it does not run.
+pub(crate) fn arm() {
+    NEEDED.store(
+        CHILD.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+    start_now();
 }
 
 /// Stops watching `end` (before its descriptor closes).
@@ -111,6 +146,9 @@ pub(crate) fn unwatch(end: &dyn Watched) {
     let key = (end as *const dyn Watched).cast::<()>() as usize;
     let mut w = lock();
     w.ends.remove(&key);
+    if !end.watched() {
+        return;
+    }
     if let Some((ep, generation)) = w.epoll {
         if generation == CHILD.load(Ordering::Relaxed) {
             // SAFETY: as in `watch`.
@@ -121,11 +159,12 @@ pub(crate) fn unwatch(end: &dyn Watched) {
     }
 }
 
-/// Makes sure this process's watcher runs: a forked child starts its own at its first call on
-/// an inherited end. Inlined: one comparison on the fast path.
+/// Makes sure this process's watcher runs if it needs one: a forked child starts its own at its
+/// first call on an inherited end. Inlined: two loads on the fast path.
 #[inline]
 pub(crate) fn ensure_running() {
-    if !running() {
+    if !running() && NEEDED.load(Ordering::Relaxed) == CHILD.load(Ordering::Relaxed).wrapping_add(1)
+    {
         start_now();
     }
 }
@@ -140,35 +179,39 @@ fn start_now() {
 }
 
 impl Watcher {
-    /// This generation's epoll instance, starting the thread (and registering every end the
-    /// process holds) if it does not run yet; `None` where it cannot run. Also returns the
+    /// This generation's epoll instance, starting the thread if it does not run yet, with every
+    /// end of the process that is not confined and not yet watched registered; `None` where it
+    /// cannot run. Also returns the
     /// handles it took on the ends it registered, for the caller to drop once it has unlocked
     /// (a handle dropped here could be an end's last, whose drop takes this lock).
     fn start(&mut self) -> (Option<RawFd>, Vec<Arc<dyn Watched>>) {
         let generation = CHILD.load(Ordering::Relaxed);
-        if let Some((ep, g)) = self.epoll {
-            if g == generation {
-                return (Some(ep), Vec::new());
+        let ep = match self.epoll {
+            Some((ep, g)) if g == generation => ep,
+            _ if self.failed == Some(generation) => return (None, Vec::new()),
+            _ => {
+                let Some(ep) = spawn() else {
+                    self.failed = Some(generation);
+                    return (None, Vec::new());
+                };
+                self.epoll = Some((ep, generation));
+                RUNNING.store(generation.wrapping_add(1), Ordering::Relaxed);
+                ep
             }
-        }
-        if self.failed == Some(generation) {
-            return (None, Vec::new());
-        }
-        let Some(ep) = spawn() else {
-            self.failed = Some(generation);
-            return (None, Vec::new());
         };
-        self.epoll = Some((ep, generation));
-        // SAFETY: the thread just spawned owns the instance and never closes it.
+        // SAFETY: the watcher thread owns the instance and never closes it.
         let epb = unsafe { BorrowedFd::borrow_raw(ep) };
         let mut held = Vec::new();
         for (&key, end) in &self.ends {
             if let Some(end) = end.upgrade() {
-                end.set_watched(sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64).is_ok());
+                if !end.watched() && !end.confined() {
+                    end.set_watched(
+                        sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64).is_ok(),
+                    );
+                }
                 held.push(end);
             }
         }
-        RUNNING.store(generation.wrapping_add(1), Ordering::Relaxed);
         (Some(ep), held)
     }
 }
@@ -231,7 +274,14 @@ pub(crate) fn before_fork() -> MutexGuard<'static, Watcher> {
 /// (closing this process's copy of its descriptor, which would otherwise keep watching the
 /// parent's ends) and the parent's thread.
 pub(crate) fn after_fork_child(mut w: MutexGuard<'static, Watcher>) {
-    CHILD.fetch_add(1, Ordering::Relaxed);
+    let child = CHILD.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    // Every end the child inherited may have its other side in the parent now.
+    if !w.ends.is_empty() {
+        NEEDED.store(child.wrapping_add(1), Ordering::Relaxed);
+    }
+    for end in w.ends.values().filter_map(Weak::upgrade) {
+        end.set_watched(false); // the parent's instance watched it, not ours
+    }
     if let Some((ep, _)) = w.epoll.take() {
         // SAFETY: this process's copy of the parent's instance descriptor, used by nobody
         // here (the parent's thread did not survive the fork).

@@ -260,6 +260,45 @@ fn a_child_takes_over_from_its_killed_parent() {
     assert_eq!(got, b"ac", "grandchild {grandchild}");
 }
 
+/// The process that made a pipe took its key, forked a child that lives on (with the mapping it
+/// inherited) and was killed holding the read side: the key's lock lived on a description of
+/// the creator's own that is never mapped, so it died with the creator, and a reader in a third
+/// process takes the side over. (With the lock on the description the region is mapped from,
+/// the child's inherited mapping kept the dead creator's key alive, and the read timed out.)
+#[test]
+fn a_killed_creators_side_is_free_while_its_child_lives() {
+    let _serial = serial();
+    let (a, b) = UnixStream::pair().unwrap();
+    let creator = fork(move || {
+        let (w, r) = pipe().unwrap();
+        (&w).write_all(b"queued").unwrap(); // takes this process's key
+        r.send_to(&a).unwrap();
+        let keep = (w.clone(), r.clone());
+        let grandchild = fork(move || {
+            let _held = keep;
+            std::thread::sleep(HANG * 2);
+            0
+        });
+        let _chunk = r.read_chunk().unwrap(); // holds the read side until killed
+        (&a).write_all(&grandchild.to_le_bytes()).unwrap();
+        std::thread::sleep(HANG * 2);
+        0
+    });
+    let r = Reader::recv_from(&b).unwrap();
+    let mut pid = [0u8; 4];
+    (&b).read_exact(&mut pid).unwrap();
+    let grandchild = libc::pid_t::from_le_bytes(pid);
+    kill(creator);
+    assert_eq!(reap(creator), 128 + libc::SIGKILL);
+    r.set_read_timeout(Some(HANG / 2)).unwrap();
+    let mut got = [0u8; 6];
+    let res = (&r).read_exact(&mut got);
+    // SAFETY: kill(2) on the grandchild, which the creator left to init.
+    unsafe { libc::kill(grandchild, libc::SIGKILL) };
+    res.unwrap();
+    assert_eq!(&got, b"queued");
+}
+
 /// A second mapping of a pipe in the same process (an end received from ourselves, as the C
 /// binding does to reach an end's descriptors), dropped while a thread of ours holds the write
 /// side: closing its descriptors leaves the process's key alone, so another process still sees

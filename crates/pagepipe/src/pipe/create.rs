@@ -30,13 +30,11 @@ pub(crate) fn create(
     let shared = open(Region::create(ring_size, config, reach)?);
     #[cfg(not(loom))]
     let (w, r) = {
-        use crate::region::SIGNAL_SLOTS;
-        use crate::sys::mm::PAGE_SIZE;
         use std::os::fd::AsFd;
         let (read, write) = crate::sys::pipe::packet_pipe()?;
-        crate::sys::pipe::set_pipe_size(write.as_fd(), SIGNAL_SLOTS as usize * PAGE_SIZE)?;
-        // Nobody polls yet: one packet in two slots, both descriptors ready (see
-        // End::enable_polling; the header says the same, see Region::init).
+        // Nobody polls yet: one packet, both descriptors ready (see End::enable_polling). The
+        // pipe keeps the kernel's default slot count until a sync needs two (see
+        // End::sync_locked; the header says "not set yet", see Region::init).
         crate::sys::pipe::write_byte(write.as_fd())?;
         (
             End::new(shared.clone(), Side::Write, write),

@@ -70,6 +70,7 @@ fn exact_adapted(which: impl Fn(&End) -> bool) {
 #[cfg(not(loom))]
 pub(crate) fn before_fork() {
     crate::pipe::shared::note_fork();
+    crate::watch::arm();
     exact_adapted(|_| true);
 }
 
@@ -78,6 +79,7 @@ pub(crate) fn before_fork() {
 #[cfg(not(loom))]
 pub(crate) fn expose(shared: &Arc<Shared>) {
     shared.mark_exposed();
+    crate::watch::arm();
     exact_adapted(|end| Arc::ptr_eq(&end.shared, shared));
 }
 
@@ -96,6 +98,14 @@ impl crate::watch::Watched for End {
 
     fn set_watched(&self, watched: bool) {
         self.watched.store(watched, Ordering::Relaxed);
+    }
+
+    fn watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+
+    fn confined(&self) -> bool {
+        self.shared.confined()
     }
 
     fn hung_up(&self) -> bool {
@@ -370,8 +380,14 @@ impl End {
         let fd = self.signal();
         let (mut packets, mut slots) = self.signal_state();
         let mut lied = false;
-        // A shrink by a reader may have left one slot; data with room calls for two.
-        if polled(FULL) && readable && !full && slots < 2 {
+        // The writer's readiness needs [`SIGNAL_SLOTS`]: a new pipe has the kernel's default
+        // count (more), a shrink by a reader may have left one, and a grow by a writer more
+        // than the packets call for once they are fewer than two. (A shrink is always allowed
+        // above the packets queued; only a grow can be refused.)
+        if polled(FULL)
+            && slots != SIGNAL_SLOTS
+            && ((slots < 2 && readable && !full) || (slots > 2 && packets < 2))
+        {
             match set_pipe_size(fd, SIGNAL_SLOTS as usize * PAGE_SIZE) {
                 Ok(()) => slots = SIGNAL_SLOTS,
                 Err(_) => lied = true,
@@ -546,6 +562,15 @@ impl End {
         self.shared.open[self.side.other().index()].load(Ordering::Acquire) == 0
     }
 
+    /// How long a sleeper on this end sleeps before it asks the kernel itself about the other
+    /// side (see `watch::tick`).
+    fn tick(&self) -> Duration {
+        #[cfg(not(loom))]
+        return crate::watch::tick(self.watched.load(Ordering::Relaxed), self.shared.confined());
+        #[cfg(loom)]
+        return crate::lock::TICK;
+    }
+
     /// Blocks until the ring may hold data or no writer is left; `TimedOut` at the deadline.
     pub(crate) fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<()> {
         let sh = &*self.shared;
@@ -563,7 +588,7 @@ impl End {
                 self.peer_gone(force)
             },
             deadline,
-            self.watched.load(Ordering::Relaxed),
+            || self.tick(),
         )
     }
 
@@ -580,7 +605,7 @@ impl End {
                 !ring::is_full(hd, t, sh.limit_now()) || self.peer_gone(force)
             },
             deadline,
-            self.watched.load(Ordering::Relaxed),
+            || self.tick(),
         )
     }
 }
@@ -601,11 +626,19 @@ impl Drop for End {
         let h = self.shared.header();
         // Release: pairs with the Acquire load in `peer_gone`.
         h.closes[self.side.index()].fetch_add(1, Ordering::Release);
-        if self.side == Side::Write {
-            h.readable.wake_all();
+        // The other side's sleepers registered in the index word they wait on (see
+        // `sleep_until`): an RMW of it orders this close against each registration. Either a
+        // registration comes later in the word's order, reads from this RMW (Release: the bump
+        // above is visible to its recheck) and the sleeper sees the close, or it came before
+        // and this RMW sees its flag and wakes it. No flag: nobody to wake, no system call.
+        let (word, futex) = if self.side == Side::Write {
+            (&h.head.word, &h.readable)
         } else {
-            h.writable.wake_all();
-        }
+            (&h.tail.word, &h.writable)
+        };
+        // Release: as above.
+        let old = word.fetch_or(0, Ordering::Release);
+        crate::wait::wake_if_waiting(word, futex, old);
         // Tasks of this process waiting on the other side see the close at once (those in
         // other processes by their descriptor's POLLHUP or POLLERR).
         self.wake_peer_waiters();

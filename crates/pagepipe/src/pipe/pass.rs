@@ -1,9 +1,8 @@
 //! Handing an end to another process: over a Unix socket (`SCM_RIGHTS`) or to a child program
 //! (inherited descriptors named by an environment variable). An end travels as two
 //! descriptors: the region's memory file, through a description made for the journey (the
-//! sender's own holds its process key's lock, see `Shared::take_key`), and this end's
-//! descriptor of the signal pipe. The receiver opens the memory file again for a description
-//! of its own, whatever the sender kept.
+//! sender's own may hold its process key's lock, see `Region::key_description`), and this
+//! end's descriptor of the signal pipe.
 
 use crate::error::invalid;
 use crate::pipe::create;
@@ -77,13 +76,11 @@ impl End {
         End::attach(memfd, signal, side)
     }
 
-    /// Checks the signal descriptor, maps a received region (through a description of this
-    /// process's own) and makes this process's end.
+    /// Checks the signal descriptor, maps a received region and makes this process's end. (The
+    /// sender may keep the description it sent: our key's lock will live on one of our own,
+    /// see `Region::key_description`.)
     fn attach(memfd: OwnedFd, signal: OwnedFd, side: Side) -> io::Result<End> {
         check_signal(signal.as_fd(), side)?;
-        // The sender may keep the description it sent: the one our key's lock lives on must
-        // be ours alone. Without /proc, the received one (a correct sender keeps no copy).
-        let memfd = sys::fd::reopen(memfd.as_fd()).unwrap_or(memfd);
         let region = Region::attach(memfd)?;
         let shared = create::open(region);
         expose(&shared);

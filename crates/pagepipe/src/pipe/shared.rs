@@ -328,16 +328,18 @@ impl Shared {
     }
 
     /// Takes this process's key on the pipe (see [`crate::lock`]): a byte of the memory file
-    /// locked (`F_OFD_SETLK`) through this mapping's own open file description of it (see
-    /// `Region::memfd`), `pid` unless another holder has that byte. Its own description, not
-    /// one that `fork`, exec or `SCM_RIGHTS` share: the lock lives exactly as long as this
-    /// process keeps the mapping (a forked child reopens the file, [`Shared::forget_key`], and
-    /// takes a key of its own).
+    /// locked (`F_OFD_SETLK`) through an open file description of this mapping's own, never
+    /// mapped and never shared (`Region::key_description`), `pid` unless another holder has
+    /// that byte. So the lock lives exactly as long as this process keeps the mapping (a forked
+    /// child reopens the file, [`Shared::forget_key`], and takes a key of its own).
     #[cfg(not(loom))]
     #[cold]
     fn take_key(&self) -> io::Result<u32> {
         let generation = lock::fork_generation();
-        let desc = self.region.memfd()?;
+        let desc = self
+            .region
+            .key_description()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot take a key on the pipe: {e}")))?;
         let pid = std::process::id();
         for i in 0..16u32 {
             let key = pid.wrapping_add(i.wrapping_mul(KEY_STRIDE)).max(1);
@@ -358,8 +360,8 @@ impl Shared {
     }
 
     /// In a forked child (fork handler, one thread): the child's memory file descriptor gets a
-    /// description of its own in place of the parent's, so the parent's key dies with the
-    /// parent, whatever the child does.
+    /// description of its own in place of the parent's key description, so the parent's key
+    /// dies with the parent, whatever the child does.
     #[cfg(not(loom))]
     pub(crate) fn forget_key(&self) {
         self.region.forget_in_forked_child();
