@@ -27,9 +27,10 @@ use std::ptr::NonNull;
 /// `b"PAGEPIPE"` read as a little-endian u64: the first word of every region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PAGEPIPE");
 /// The region layout's version; a region of another version is refused.
-pub(crate) const VERSION: u32 = 3;
-/// Bytes reserved for the header at the start of a region.
-pub(crate) const HEADER_SIZE: usize = PAGE_SIZE;
+pub(crate) const VERSION: u32 = 4;
+/// Bytes reserved for the header at the start of a region. Half a page: the slot table starts
+/// in the header's page, so a small pipe's header and slots cost one page between them.
+pub(crate) const HEADER_SIZE: usize = PAGE_SIZE / 2;
 
 /// A side of a pipe: the writers' or the readers'. Each side has its lock and saved state in the
 /// header ([`SideLine`]), and one entry in every per-side array (`nonblocking`, `timeout_ns`,
@@ -297,8 +298,7 @@ struct Layout {
 impl Layout {
     fn of(slot_size: usize, max_ring: usize) -> Layout {
         let slots = HEADER_SIZE;
-        let table = (max_ring * std::mem::size_of::<Slot>()).next_multiple_of(PAGE_SIZE);
-        let arena = slots + table;
+        let arena = (slots + max_ring * std::mem::size_of::<Slot>()).next_multiple_of(PAGE_SIZE);
         Layout {
             slots,
             arena,
@@ -884,8 +884,8 @@ mod tests {
     fn layout_reserves_twice_the_reach() {
         let reach = DEFAULT_MAX_CAPACITY / 4096;
         let l = Layout::of(4096, positions_for(reach));
-        assert_eq!(l.slots, 4096);
-        assert_eq!(l.arena, 4096 + 2 * reach * 64);
+        assert_eq!(l.slots, 2048);
+        assert_eq!(l.arena, (2048 + 2 * reach * 64).next_multiple_of(4096));
         assert_eq!(l.total, l.arena + 2 * DEFAULT_MAX_CAPACITY);
         assert!(l.total <= 64 << 20);
     }

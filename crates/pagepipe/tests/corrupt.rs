@@ -29,8 +29,8 @@ enum Op {
 fn offset() -> impl Strategy<Value = usize> {
     prop_oneof![
         (0usize..160).prop_map(header_word),          // header (1.25 KiB)
-        (0usize..64).prop_map(|s| 4096 + s * 64),     // slot states
-        (0usize..64).prop_map(|s| 4096 + s * 64 + 8), // slot starts
+        (0usize..64).prop_map(|s| 2048 + s * 64),     // slot states
+        (0usize..64).prop_map(|s| 2048 + s * 64 + 8), // slot starts
     ]
 }
 
@@ -230,7 +230,7 @@ fn a_moved_head_word_is_reported_by_the_writer() {
 #[test]
 fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
     // The slot table starts a page into the region; a slot's state is `end | flags`.
-    const SLOT0_STATE: usize = 4096;
+    const SLOT0_STATE: usize = 2048;
     const CAN_MERGE: u64 = 1 << 32;
     let (mut w, r): (Writer, Reader) = Builder::new().build().unwrap();
     let map = Mapped::of(&w);
@@ -249,8 +249,10 @@ fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
 }
 
 /// Where the ring's first page starts in the region of a default pipe with 4 KiB slots: the
-/// header page, then the slot table for twice the largest ring (16 MiB of slots, 64 bytes each).
-const ARENA: usize = 4096 + 2 * (pagepipe::DEFAULT_MAX_CAPACITY / 4096) * 64;
+/// header's half page, then the slot table for twice the largest ring (16 MiB of slots, 64
+/// bytes each), rounded up to a page.
+const ARENA: usize =
+    (2048 + 2 * (pagepipe::DEFAULT_MAX_CAPACITY / 4096) * 64).next_multiple_of(4096);
 
 /// Once another process may hold an end, a read chunk's safe slices are this process's copy:
 /// a peer's write to the ring leaves them as they were (a `&[u8]` over memory a peer writes

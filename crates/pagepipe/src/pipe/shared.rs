@@ -47,10 +47,9 @@ pub(crate) struct Shared {
     /// taken in, `(generation + 1) << 32 | key`; 0 until taken.
     #[cfg(not(loom))]
     key: std::sync::atomic::AtomicU64,
-    /// The memory file's inode: names a lock the same from every mapping of the pipe in this
-    /// process.
+    /// The memory file's inode, 0 until first asked for (see [`Shared::ino`]).
     #[cfg(not(loom))]
-    ino: u64,
+    ino: std::sync::atomic::AtomicU64,
 }
 
 /// Dead resizers one call settles before it calls a journal that keeps reappearing corrupt.
@@ -86,7 +85,7 @@ impl lock::Holders for Shared {
     #[inline]
     fn id(&self, l: &lock::SideLock) -> u64 {
         let offset = std::ptr::from_ref(l) as u64 - std::ptr::from_ref(self.header()) as u64;
-        self.ino << 12 | offset
+        self.ino() << 12 | offset
     }
 
     fn process_alive(&self, key: u32) -> io::Result<bool> {
@@ -97,7 +96,7 @@ impl lock::Holders for Shared {
         let generation = lock::fork_generation();
         own_keys()
             .iter()
-            .any(|&(ino, k, g)| ino == self.ino && k == key && g == generation)
+            .any(|&(ino, k, g)| ino == self.ino() && k == key && g == generation)
     }
 }
 
@@ -319,10 +318,7 @@ impl Shared {
             #[cfg(not(loom))]
             key: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
-            ino: region
-                .memfd()
-                .and_then(crate::sys::memfd::file_id)
-                .map_or(0, |(_, ino)| ino),
+            ino: std::sync::atomic::AtomicU64::new(0),
             region,
         }
     }
@@ -350,7 +346,7 @@ impl Shared {
                     (generation + 1) << 32 | u64::from(key),
                     std::sync::atomic::Ordering::Relaxed,
                 );
-                own_keys().push((self.ino, key, generation));
+                own_keys().push((self.ino(), key, generation));
                 return Ok(key);
             }
         }
@@ -367,6 +363,35 @@ impl Shared {
         self.region.forget_in_forked_child();
     }
 
+    /// The memory file's inode: names a lock the same from every mapping of the pipe in this
+    /// process (the hold table's key, see `lock::held`). Asked of the kernel (`fstat`) the
+    /// first time a lock needs it, not when the pipe is made.
+    #[cfg(not(loom))]
+    #[inline]
+    fn ino(&self) -> u64 {
+        let ino = self.ino.load(std::sync::atomic::Ordering::Relaxed);
+        if ino != 0 {
+            return ino;
+        }
+        self.ask_ino()
+    }
+
+    #[cfg(not(loom))]
+    #[cold]
+    fn ask_ino(&self) -> u64 {
+        // A failure (a forked child that lost the file) leaves a stand-in no inode has: this
+        // mapping's address, unique in the process while it lives.
+        let ino = self
+            .region
+            .memfd()
+            .and_then(crate::sys::memfd::file_id)
+            .map_or(std::ptr::from_ref(self) as u64 | 1 << 63, |(_, ino)| {
+                ino.max(1)
+            });
+        self.ino.store(ino, std::sync::atomic::Ordering::Relaxed);
+        ino
+    }
+
     /// This mapping is gone: its key (if it took one) is no longer this process's. (The lock
     /// goes with the description, closed with the region.)
     #[cfg(not(loom))]
@@ -375,7 +400,8 @@ impl Shared {
         let generation = lock::fork_generation();
         if cached >> 32 == generation + 1 {
             let key = cached as u32;
-            own_keys().retain(|&(ino, k, g)| !(ino == self.ino && k == key && g == generation));
+            let ino = self.ino();
+            own_keys().retain(|&(i, k, g)| !(i == ino && k == key && g == generation));
         }
     }
 
