@@ -7,7 +7,7 @@
 //! buffer from `vec!` lands wherever the allocator puts it: measured in `bw --transport rtrb`,
 //! the reader's 64 KiB buffer came right after the 1 MiB ring in glibc's heap, exactly 16 bytes
 //! past the ring's offset in its page, in every run but the first (whose ring was a fresh
-//! `mmap`), so the arm ran 2.3-2.7 GB/s where rtrb runs 20-30. Placing the buffers relative to
+//! `mmap`), so the arm ran 2.3-2.9 GB/s where those first runs ran 18.7-31.1. Placing the buffers relative to
 //! the ring makes the arms copy between the same addresses modulo 4 KiB, and the offsets are
 //! recorded with every run.
 

@@ -17,10 +17,11 @@ const BATCH: u32 = 64;
 /// The probe measures two CPUs, not the scheduler: the helper is pinned to a CPU other than
 /// the one this thread is on (and this thread to its own for the probe's length), and timing
 /// starts once the helper answers. Unpinned, a new thread starts on its parent's CPU and the
-/// two spinners share it until one is migrated; a mean over that window read 175 ns where the
-/// pinned probe reads 75 (measured here), and several times more when the migration is late.
-/// A batch the host interrupts moves the median of many batches little, where it moved the
-/// mean a lot.
+/// two spinners share it until one is migrated: the first unpinned probe of an invocation read
+/// 175 ns where the later ones read 73-94 (measured here). A batch the host interrupts moves
+/// the median of many batches little, where it moves the mean a lot. Pinned, the probe still
+/// reads 400-460 ns in some minutes, when rtrb's plain loop slows down as well: the host's
+/// placement of the vCPUs.
 pub fn core_rtt_ns(d: Duration) -> f64 {
     let pins = Pins::new();
     let ball = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);

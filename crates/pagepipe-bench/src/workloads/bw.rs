@@ -39,10 +39,11 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "threads")]
     pub between: Vec<Between>,
     /// Where the reader's buffer starts: bytes past the ring's own offset within a 4 KiB page
-    /// (the same for every transport; 1-255 shows the cost of 4 KiB aliasing).
+    /// (the same for every transport; 1-255 puts the copy out of the ring on 4 KiB aliasing).
     #[arg(long, default_value_t = 0)]
     pub read_offset: usize,
-    /// Where the writer's buffer starts, as `--read-offset`.
+    /// Where the writer's buffer starts, as `--read-offset` (3841-4095, the ring 1-255 bytes
+    /// ahead, puts the copy into the ring on 4 KiB aliasing).
     #[arg(long, default_value_t = 0)]
     pub write_offset: usize,
 }

@@ -139,3 +139,22 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     }
     harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tally_hands_every_round_trip_to_the_histogram() {
+        let mut hist = Histogram::default();
+        let mut tally = Tally::default();
+        for ns in [0, 180, 180, 4095, 4096, 1_000_000] {
+            tally.record(Duration::from_nanos(ns), &mut hist);
+        }
+        assert_eq!(hist.count(), 2, "the long ones at once");
+        tally.fold_into(&mut hist);
+        assert_eq!(hist.count(), 6);
+        assert!((hist.quantile_ns(0.5) - 180.0).abs() <= 1.0);
+        assert!(hist.max_ns() >= 999_000.0);
+    }
+}
