@@ -2,7 +2,7 @@
 //! histograms and the memory hog. (Repetition, statistics and output live in `harness`.)
 
 use serde_json::{Map, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One measurement of one transport in one configuration.
 #[derive(Clone, Debug)]
@@ -229,49 +229,6 @@ impl Drop for MemoryHog {
             let _ = child.wait();
         }
     }
-}
-
-/// The machine's core-to-core latency right now: the mean round trip of one cache line
-/// bounced between this thread and a helper thread for `d`, both spinning. On a VM this moves
-/// as the host places the two vCPUs (seen here: ~70, ~135 and ~340 ns regimes, minutes
-/// apart), and every transport that streams between cores moves with it; `bw` records it
-/// with each run (`core_rtt_ns`) so that a slow run can be told from a slow transport.
-pub fn core_rtt_ns(d: Duration) -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let ball = std::sync::Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-    let echo = {
-        let ball = ball.clone();
-        std::thread::spawn(move || {
-            let mut seen = 0;
-            while seen != u64::MAX {
-                // Acquire/Release: the ball is its own message; ordering nothing else.
-                let v = ball[0].load(Ordering::Acquire);
-                if v == seen {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                seen = v;
-                ball[1].store(v, Ordering::Release);
-            }
-        })
-    };
-    let t0 = Instant::now();
-    let mut n = 0u64;
-    while t0.elapsed() < d {
-        for _ in 0..64 {
-            n += 1;
-            // Release/Acquire: pairs with the echo thread's load/store of the same counter.
-            ball[0].store(n, Ordering::Release);
-            while ball[1].load(Ordering::Acquire) != n {
-                std::hint::spin_loop();
-            }
-        }
-    }
-    let ns = t0.elapsed().as_nanos() as f64 / n as f64;
-    // Release: the echo thread's Acquire load sees the stop value.
-    ball[0].store(u64::MAX, Ordering::Release);
-    echo.join().expect("the echo thread does not panic");
-    ns
 }
 
 #[cfg(test)]

@@ -8,10 +8,12 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod buffer;
 mod child;
 mod common;
 mod compare;
 mod harness;
+mod probe;
 mod quick;
 mod stats;
 mod transport;

@@ -2,10 +2,11 @@
 //! between threads and between processes, in about 90 s on this 2-core machine, as one table
 //! with the ratios to the kernel.
 
+use crate::buffer::Offsets;
 use crate::child::Between;
 use crate::harness::{Harness, Run, RunArgs, MIN_RUNS};
 use crate::transport::{PipeConfig, Transport};
-use crate::workloads::bw::{bw_case, bw_once};
+use crate::workloads::bw::{bw_case, bw_once, Placements};
 use crate::workloads::idle::{idle_case, idle_once};
 use crate::workloads::lat::{lat_case, lat_once};
 use crate::workloads::pipe::{self, variants, Workload};
@@ -72,11 +73,16 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
         }
     }
     let cfg = PipeConfig::default();
+    let mut placements = Placements::default();
     for between in BOTH {
         let ts = peers(&all, between);
-        harness.run(bw_case(&ts, &between.title("bw 64 KiB")), |i| {
-            bw_once(ts[i], &cfg, 64 * 1024, stream, between).map(Run::from)
+        let title = between.title("bw 64 KiB");
+        harness.run(bw_case(&ts, &title), |i| {
+            let rec = bw_once(ts[i], &cfg, 64 * 1024, Offsets::default(), stream, between)?;
+            placements.add(&rec);
+            Ok(Run::from(rec))
         })?;
+        harness.note(placements.note(&title));
     }
     for between in BOTH {
         let ts = peers(&all, between);
@@ -125,7 +131,14 @@ mod tests {
             all.extend([Transport::Iceoryx2, Transport::Iceoryx2Spin]);
         }
         for t in [Transport::Rtrb, Transport::PagepipeChunk] {
-            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Threads);
+            let bw = bw_once(
+                t,
+                &PipeConfig::default(),
+                65536,
+                Offsets::default(),
+                short,
+                Between::Threads,
+            );
             let bw = bw.unwrap();
             assert!(bw.get("mbps").unwrap() > 0.0, "{t:?}");
             assert!(bw.get("core_rtt_ns").unwrap() > 0.0, "{t:?}");
@@ -136,13 +149,21 @@ mod tests {
             Transport::Rtrb,
             &PipeConfig::default(),
             65536,
+            Offsets::default(),
             short,
             Between::Processes,
         );
         assert_eq!(e.unwrap_err().kind(), io::ErrorKind::Unsupported);
         all.push(Transport::PagepipeChunk);
         for t in all {
-            let bw = bw_once(t, &PipeConfig::default(), 65536, short, Between::Processes);
+            let bw = bw_once(
+                t,
+                &PipeConfig::default(),
+                65536,
+                Offsets::default(),
+                short,
+                Between::Processes,
+            );
             assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
             let lat = lat_once(t, short, Between::Processes).unwrap();
             assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");

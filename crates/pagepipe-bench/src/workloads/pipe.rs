@@ -121,7 +121,7 @@ pub fn measure(v: Variant, wl: &Workload) -> io::Result<Run> {
     }
     // The machine's core-to-core round trip just before the run: streaming between the two
     // vCPUs is bound by their distance, which the host changes every few seconds.
-    let core_rtt = crate::common::core_rtt_ns(Duration::from_millis(20));
+    let core_rtt = crate::probe::core_rtt_ns(Duration::from_millis(20));
     let (mut ws, mut rs) = transport::open(v.transport, &cfg, wl.writers, wl.readers)?;
     let flags = Flags::new()?;
     let size = wl.msgsize;
