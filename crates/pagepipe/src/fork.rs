@@ -43,6 +43,9 @@ thread_local! {
     /// The process keys' list, held across a fork by the forking thread.
     static FORK_KEYS: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::shared::OwnKeys>>> =
         const { std::cell::RefCell::new(None) };
+    /// The region cache's lock, held across a fork by the forking thread.
+    static FORK_CACHE: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::cache::Cache>>> =
+        const { std::cell::RefCell::new(None) };
     /// The death watcher's lock, held across a fork by the forking thread.
     static FORK_WATCH: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::watch::Watcher>>> =
         const { std::cell::RefCell::new(None) };
@@ -57,6 +60,8 @@ extern "C" fn before_fork() {
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
     let keys = crate::pipe::shared::own_keys();
     FORK_KEYS.with(|k| *k.borrow_mut() = Some(keys));
+    let cache = crate::pipe::cache::lock();
+    FORK_CACHE.with(|c| *c.borrow_mut() = Some(cache));
     let watch = crate::watch::before_fork();
     FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
 }
@@ -71,6 +76,7 @@ fn release_fork_locks() {
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
     FORK_WATCH.with(|w| drop(w.borrow_mut().take()));
+    FORK_CACHE.with(|c| drop(c.borrow_mut().take()));
     FORK_KEYS.with(|k| drop(k.borrow_mut().take()));
     release_fork_locks();
 }
@@ -85,6 +91,9 @@ extern "C" fn after_fork_child() {
     });
     if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {
         crate::watch::after_fork_child(watch);
+    }
+    if let Some(cache) = FORK_CACHE.with(|c| c.borrow_mut().take()) {
+        crate::pipe::cache::in_forked_child(cache);
     }
     if let Some(mut keys) = FORK_KEYS.with(|k| k.borrow_mut().take()) {
         keys.clear(); // the parent's keys; the child takes its own

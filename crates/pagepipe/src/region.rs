@@ -674,6 +674,33 @@ impl Region {
         ))
     }
 
+    /// Whether this region can be a new pipe of `config` that may grow to `reach` slots (see
+    /// `pipe::cache`): a data pipe's, with the same slot size and reservation.
+    #[cfg(not(loom))]
+    pub(crate) fn fits(&self, config: &Config, reach: usize) -> bool {
+        config.notes == 0
+            && self.config.notes == 0
+            && config.slot_size == self.config.slot_size
+            && self.max_ring == positions_for(reach)
+    }
+
+    /// Gives every page of the memory file back (a hole over all of it): the region then reads
+    /// as the zeros a new memory file holds, and costs no memory. For a region no other
+    /// process maps (see `pipe::cache`).
+    #[cfg(not(loom))]
+    pub(crate) fn punch(&self) {
+        self.backing.map.remove(0, self.backing.map.len());
+    }
+
+    /// Makes a punched region ([`Region::punch`]) a new pipe's: `config`, a ring of
+    /// `ring_size` slots, as [`Region::create`] would.
+    #[cfg(not(loom))]
+    pub(crate) fn reuse(&mut self, config: Config, ring_size: usize) {
+        debug_assert!(ring_size <= self.reach() && ring_size.is_power_of_two());
+        self.config = config;
+        self.init(ring_size);
+    }
+
     /// The largest ring `set_capacity` may make: half the reserved positions (the other half
     /// stages a resize), or a notification pipe's ring.
     pub(crate) fn reach(&self) -> usize {

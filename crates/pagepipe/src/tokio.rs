@@ -183,7 +183,7 @@ fn register<T>(
     // own, and it stays open exactly as long as `end` does. The end's signal descriptor, not
     // `as_fd`: that would make every transition pay for an exact descriptor even while the
     // pipe is confined to this process (see `End::adapt`).
-    let fd = pipe_end.signal().try_clone_to_owned()?;
+    let fd = pipe_end.signal_now()?.try_clone_to_owned()?;
     // SAFETY: `Registered::as_raw_fd` always returns `fd`, which the `Registered` owns: it is
     // open and refers to the same pipe until the `Registered` is dropped, which happens only
     // after `AsyncFd` deregistered it (on drop, or in `into_inner` before handing it back).
@@ -565,7 +565,7 @@ mod tests {
             let r = echo.await.unwrap();
             assert_eq!(polled(), [0, 0], "no descriptor kept exact while confined");
             assert!(shared.confined());
-            crate::pipe::end::expose(&shared); // as a send does
+            crate::pipe::end::expose(&shared).unwrap(); // as a send does
             assert!(!shared.confined());
             assert_eq!(polled(), [1, 1], "both adapted ends now exact");
             drop((w, r));

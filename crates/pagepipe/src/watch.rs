@@ -33,8 +33,12 @@ use std::time::Duration;
 /// sits below the ends it serves).
 pub(crate) trait Watched: Send + Sync {
     /// The descriptor on which the kernel reports that the other side has no holder left
-    /// (`POLLHUP` or `POLLERR`).
-    fn hangup_fd(&self) -> BorrowedFd<'_>;
+    /// (`POLLHUP` or `POLLERR`), if the end has one (a confined pipe has none).
+    fn hangup_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Run before this process forks (the child will hold the end too): the end gets a
+    /// descriptor the kernel counts holders with, if it had none.
+    fn before_fork(&self);
 
     /// The watcher saw the hang-up: verify it with the kernel and, if real, mark the end's
     /// peer gone and wake its waiters. Returns whether it was real.
@@ -123,12 +127,28 @@ pub(crate) fn watch(end: &Arc<dyn Watched>) {
         if !end.watched() {
             // SAFETY: the watcher thread owns the instance and never closes it.
             let ep = unsafe { BorrowedFd::borrow_raw(ep) };
-            // A failure (no memory, the user's watch limit) leaves it to the sleepers' tick.
-            end.set_watched(sys::poll::epoll_add(ep, end.hangup_fd(), 0, key(end) as u64).is_ok());
+            end.set_watched(register(ep, &**end, key(end)));
         }
     }
     drop(w);
     drop(inherited); // after unlocking: dropping the last handle of an end unwatches it
+}
+
+/// Registers `end` with the instance `ep`: whether it is watched now. A failure (no memory,
+/// the user's watch limit, no descriptor) leaves it to the sleepers' tick.
+fn register(ep: BorrowedFd<'_>, end: &dyn Watched, key: usize) -> bool {
+    end.hangup_fd()
+        .is_some_and(|fd| sys::poll::epoll_add(ep, fd, 0, key as u64).is_ok())
+}
+
+/// Before this process forks: every end gets its descriptor of its pipe's signal pipe (see
+/// [`Watched::before_fork`]), so that the kernel counts the child's holds.
+pub(crate) fn prepare_fork() {
+    let ends: Vec<Arc<dyn Watched>> = lock().ends.values().filter_map(Weak::upgrade).collect();
+    for end in &ends {
+        end.before_fork();
+    }
+    drop(ends); // unlocked: a last handle's drop takes the lock
 }
 
 /// Arms every end of this process whose pipe is no longer confined (an end left or came, or
@@ -154,7 +174,9 @@ pub(crate) fn unwatch(end: &dyn Watched) {
             // SAFETY: as in `watch`.
             let ep = unsafe { BorrowedFd::borrow_raw(ep) };
             // ENOENT when it already fired (the watcher removes what it saw die).
-            let _ = sys::poll::epoll_del(ep, end.hangup_fd());
+            if let Some(fd) = end.hangup_fd() {
+                let _ = sys::poll::epoll_del(ep, fd);
+            }
         }
     }
 }
@@ -205,9 +227,7 @@ impl Watcher {
         for (&key, end) in &self.ends {
             if let Some(end) = end.upgrade() {
                 if !end.watched() && !end.confined() {
-                    end.set_watched(
-                        sys::poll::epoll_add(epb, end.hangup_fd(), 0, key as u64).is_ok(),
-                    );
+                    end.set_watched(register(epb, &*end, key));
                 }
                 held.push(end);
             }
@@ -257,7 +277,9 @@ fn run(ep: OwnedFd) {
             if let Some(end) = end {
                 if end.hung_up() {
                     // Level-triggered: once is enough (the flag is sticky).
-                    let _ = sys::poll::epoll_del(ep.as_fd(), end.hangup_fd());
+                    if let Some(fd) = end.hangup_fd() {
+                        let _ = sys::poll::epoll_del(ep.as_fd(), fd);
+                    }
                 }
             }
         }

@@ -299,6 +299,41 @@ fn a_killed_creators_side_is_free_while_its_child_lives() {
     assert_eq!(&got, b"queued");
 }
 
+/// Descriptors of pagepipe memory files this process holds.
+fn memfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("/memfd:pagepipe"))
+        .count()
+}
+
+/// A dropped pipe that never left the process leaves its region in the cache for the next
+/// pipe (no new memory file), and a child forked meanwhile closes the cached regions it
+/// inherited (their descriptors hold the parent's key descriptions).
+#[test]
+fn cached_regions_are_reused_and_not_inherited() {
+    let _serial = serial();
+    pagepipe::shrink();
+    let base = memfds();
+    let (mut w, mut r) = pipe().unwrap();
+    w.write_all(b"key").unwrap(); // takes this process's key on it
+    r.read_exact(&mut [0u8; 3]).unwrap();
+    drop((w, r));
+    assert_eq!(memfds(), base + 1, "the region waits in the cache");
+    let (mut w, mut r) = pipe().unwrap();
+    assert_eq!(memfds(), base + 1, "the new pipe took it");
+    w.write_all(b"again").unwrap();
+    let mut got = [0u8; 5];
+    r.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"again");
+    drop((w, r));
+    let child = fork(move || i32::from(memfds() != base));
+    assert_eq!(reap(child), 0, "the child closed the cached region");
+    pagepipe::shrink();
+    assert_eq!(memfds(), base);
+}
+
 /// A second mapping of a pipe in the same process (an end received from ourselves, as the C
 /// binding does to reach an end's descriptors), dropped while a thread of ours holds the write
 /// side: closing its descriptors leaves the process's key alone, so another process still sees

@@ -27,20 +27,21 @@ pub(crate) fn create(
     config: Config,
     reach: usize,
 ) -> io::Result<(Arc<End>, Arc<End>)> {
-    let shared = open(Region::create(ring_size, config, reach)?);
     #[cfg(not(loom))]
-    let (w, r) = {
-        use std::os::fd::AsFd;
-        let (read, write) = crate::sys::pipe::packet_pipe()?;
-        // Nobody polls yet: one packet, both descriptors ready (see End::enable_polling). The
-        // pipe keeps the kernel's default slot count until a sync needs two (see
-        // End::sync_locked; the header says "not set yet", see Region::init).
-        crate::sys::pipe::write_byte(write.as_fd())?;
-        (
-            End::new(shared.clone(), Side::Write, write),
-            End::new(shared, Side::Read, read),
-        )
+    let region = match crate::pipe::cache::take(config, ring_size, reach) {
+        Some(region) => region,
+        None => Region::create(ring_size, config, reach)?,
     };
+    #[cfg(loom)]
+    let region = Region::create(ring_size, config, reach)?;
+    let shared = open(region);
+    #[cfg(not(loom))]
+    // No signal pipe yet: the pipe gets one when it may leave this process or someone
+    // polls it (see Shared::ensure_signal).
+    let (w, r) = (
+        End::new(shared.clone(), Side::Write, None),
+        End::new(shared, Side::Read, None),
+    );
     #[cfg(loom)]
     let (w, r) = (
         End::new(shared.clone(), Side::Write),

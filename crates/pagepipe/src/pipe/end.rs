@@ -69,18 +69,26 @@ fn exact_adapted(which: impl Fn(&End) -> bool) {
 /// wait for the other, which can only reach it through its descriptor.
 #[cfg(not(loom))]
 pub(crate) fn before_fork() {
+    crate::watch::prepare_fork();
     crate::pipe::shared::note_fork();
     crate::watch::arm();
     exact_adapted(|_| true);
 }
 
-/// An end of `shared` is going to, or came from, another process: this process's async
-/// adapters on it switch to exact descriptors (see [`End::adapt`]).
+/// An end of `shared` is going to, or came from, another process: the pipe gets its signal
+/// pipe if it had none (the kernel must count holders from now on), the death watcher arms
+/// its ends, and this process's async adapters on it switch to exact descriptors (see
+/// [`End::adapt`]).
+///
+/// # Errors
+/// The OS's error if the signal pipe cannot be made (a full descriptor table).
 #[cfg(not(loom))]
-pub(crate) fn expose(shared: &Arc<Shared>) {
+pub(crate) fn expose(shared: &Arc<Shared>) -> io::Result<()> {
+    shared.ensure_signal()?;
     shared.mark_exposed();
     crate::watch::arm();
     exact_adapted(|end| Arc::ptr_eq(&end.shared, shared));
+    Ok(())
 }
 
 #[cfg(not(loom))]
@@ -88,12 +96,22 @@ impl LocalEnd for End {
     fn sync(&self) {
         End::sync(self);
     }
+
+    fn give_signal(&self, fd: std::os::fd::OwnedFd) {
+        let _ = self.signal.set(fd); // an end that has one keeps it (received ends)
+    }
 }
 
 #[cfg(not(loom))]
 impl crate::watch::Watched for End {
-    fn hangup_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    fn hangup_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.signal()
+    }
+
+    fn before_fork(&self) {
+        // The child will hold this end too: the kernel must count holders from now on. A
+        // failure (a full descriptor table) leaves this pipe's deaths unseen across the fork.
+        let _ = self.shared.ensure_signal();
     }
 
     fn set_watched(&self, watched: bool) {
@@ -138,9 +156,12 @@ pub(crate) struct End {
     /// Which side this end holds.
     pub(crate) side: Side,
     /// This process's descriptor of the signal pipe: its write end for a writer, its read end
-    /// for a reader (see the module docs). `None` only while dropping.
+    /// for a reader (see the module docs). Unset while the pipe is confined to this process
+    /// and nobody polls it: the pipe gets its signal pipe only when it needs one
+    /// (`Shared::ensure_signal`), and until then the other side's holders are this process's
+    /// own end, whose drop is seen directly.
     #[cfg(not(loom))]
-    signal: Option<std::os::fd::OwnedFd>,
+    signal: std::sync::OnceLock<std::os::fd::OwnedFd>,
     /// `closes[other side]` when this end last asked the kernel about the other side.
     peer_seen: ColdU64,
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
@@ -156,11 +177,19 @@ pub(crate) struct End {
 
 impl End {
     #[cfg(not(loom))]
-    pub(crate) fn new(shared: Arc<Shared>, side: Side, signal: std::os::fd::OwnedFd) -> End {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        side: Side,
+        signal: Option<std::os::fd::OwnedFd>,
+    ) -> End {
+        let once = std::sync::OnceLock::new();
+        if let Some(fd) = signal {
+            let _ = once.set(fd);
+        }
         End {
             shared,
             side,
-            signal: Some(signal),
+            signal: once,
             peer_seen: ColdU64::new(u64::MAX),
             peer_gone: ColdBool::new(false),
             watched: ColdBool::new(false),
@@ -225,14 +254,25 @@ impl End {
         self.side
     }
 
-    /// This end's descriptor of the signal pipe.
+    /// This end's descriptor of the signal pipe, if the pipe has one yet.
     #[cfg(not(loom))]
-    pub(crate) fn signal(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn signal(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
-        self.signal
-            .as_ref()
-            .expect("an end keeps its descriptor until dropped")
-            .as_fd()
+        self.signal.get().map(AsFd::as_fd)
+    }
+
+    /// This end's descriptor of the signal pipe, made first if the pipe has none.
+    ///
+    /// # Errors
+    /// The OS's error if the signal pipe cannot be made (a full descriptor table).
+    #[cfg(not(loom))]
+    pub(crate) fn signal_now(&self) -> io::Result<std::os::fd::BorrowedFd<'_>> {
+        if self.signal.get().is_none() {
+            self.shared.ensure_signal()?;
+        }
+        self.signal().ok_or_else(|| {
+            io::Error::other("the pipe's signal pipe was made after this end was dropped")
+        })
     }
 
     /// Which readiness this end stands for, and which wakers its waiting tasks use:
@@ -263,14 +303,22 @@ impl End {
     }
 
     /// The descriptor this end hands out for polling (the signal pipe's read end for a
-    /// reader, its write end for a writer), made exact first.
+    /// reader, its write end for a writer), made (if the pipe had no signal pipe yet) and made
+    /// exact first. If the signal pipe cannot be made (a full descriptor table), the memory
+    /// file's descriptor, which always polls ready: a poller then finds `WouldBlock` where
+    /// there is nothing to do, never a wait with no end, and the next call tries again.
     #[cfg(not(loom))]
     pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // Acquire: pairs with the Release store in `enable_polling`.
         if !self.polling.load(std::sync::atomic::Ordering::Acquire) {
             self.enable_polling(); // again at the next call if it could not finish
         }
-        self.signal()
+        match self.signal() {
+            Some(fd) => fd,
+            None => self.shared.region.memfd().unwrap_or_else(|e| {
+                panic!("a pipe end with neither a signal pipe nor its memory file: {e}")
+            }),
+        }
     }
 
     /// Wraps this end in an async adapter. While its pipe is [confined](Shared::confined) to
@@ -302,6 +350,9 @@ impl End {
     /// to remove it (the ring is empty) and only a writer add one (the ring is full).
     #[cfg(not(loom))]
     fn enable_polling(&self) {
+        if self.signal_now().is_err() {
+            return; // see `poll_fd`
+        }
         let h = self.shared.header();
         let which = self.own();
         // SeqCst: as below. Set first, whether or not the lock comes: from now on every
@@ -364,8 +415,13 @@ impl End {
     }
 
     /// The body of [`End::sync`], with `sig_lock` held. The descriptors poll `POLLIN` while
-    /// `packets >= 1` and `POLLOUT` while `packets < slots`; what the polled sides call for is
-    /// a range of packets, and this side moves the count into it as far as it can.
+    /// `packets >= 1` and `POLLOUT` while `packets < slots`. The usual state has two slots and
+    /// one packet for "data", two for "full", none for "empty" (once the reader's descriptor is
+    /// polled; else the one it started with). Each side moves toward it as far as it can: a
+    /// writer adds packets, a reader takes them, either sets the slot count. Where a side
+    /// cannot (a writer that made room by a resize cannot take a packet; a reader that made
+    /// the ring full by a resize, or a writer with no reader left, cannot add one) it changes
+    /// the slot count instead, and a later sync brings the usual state back.
     #[cfg(not(loom))]
     fn sync_locked(&self) {
         use crate::sys::mm::PAGE_SIZE;
@@ -376,92 +432,77 @@ impl End {
         let occupied = ring::occupancy(head, tail);
         let readable = occupied != 0;
         let full = occupied >= sh.limit_now();
-        let polled = |which: usize| h.polled[which].load(Ordering::Relaxed) != 0;
-        let fd = self.signal();
+        let watch_in = h.polled[READABLE].load(Ordering::Relaxed) != 0;
+        let watch_out = h.polled[FULL].load(Ordering::Relaxed) != 0;
+        let Some(fd) = self.signal() else {
+            return; // polled only once the pipe has its signal pipe: not ours yet (dropping)
+        };
         let (mut packets, mut slots) = self.signal_state();
-        let mut lied = false;
-        // The writer's readiness needs [`SIGNAL_SLOTS`]: a new pipe has the kernel's default
-        // count (more), a shrink by a reader may have left one, and a grow by a writer more
-        // than the packets call for once they are fewer than two. (A shrink is always allowed
-        // above the packets queued; only a grow can be refused.)
-        if polled(FULL)
-            && slots != SIGNAL_SLOTS
-            && ((slots < 2 && readable && !full) || (slots > 2 && packets < 2))
-        {
-            match set_pipe_size(fd, SIGNAL_SLOTS as usize * PAGE_SIZE) {
-                Ok(()) => slots = SIGNAL_SLOTS,
-                Err(_) => lied = true,
+        let target: u32 = if watch_out && full {
+            2
+        } else if watch_in && !readable {
+            0
+        } else {
+            1
+        };
+        let lied = std::cell::Cell::new(false);
+        let set_slots = |n: u32, slots: &mut u32| {
+            if *slots != n {
+                match set_pipe_size(fd, n as usize * PAGE_SIZE) {
+                    Ok(()) => *slots = n,
+                    Err(_) => lied.set(true),
+                }
             }
-        }
-        let (mut lo, mut hi) = (0, u32::MAX);
-        if polled(READABLE) {
-            if readable {
-                lo = 1;
-            } else {
-                hi = 0;
-            }
-        }
-        if polled(FULL) {
-            if full {
-                lo = lo.max(slots);
-            } else {
-                hi = hi.min(slots - 1);
-            }
-        }
-        if packets < lo {
-            if self.side == Side::Write {
-                while packets < lo {
+        };
+        if self.side == Side::Write {
+            if packets <= target {
+                if watch_out {
+                    set_slots(SIGNAL_SLOTS, &mut slots); // room for the packets first
+                }
+                while packets < target {
                     match write_byte(fd) {
                         Ok(()) => packets += 1,
-                        // No reader left (`EPIPE`): only the slot count can tell a writer
-                        // polling for room, below. Anything else: the pipe holds what we did
+                        // No reader left (`EPIPE`): nobody to tell of data, and fullness goes
+                        // by the slot count below. Anything else: the pipe holds what we did
                         // not put there; ask the kernel.
                         Err(e) => {
-                            lied = e.kind() != std::io::ErrorKind::BrokenPipe;
+                            lied.set(lied.get() || e.kind() != std::io::ErrorKind::BrokenPipe);
                             break;
                         }
                     }
                 }
-            }
-            if packets < lo && lo == slots && packets.is_power_of_two() && !lied {
-                // A reader that made the ring full (a shrink), or a writer with no reader left:
-                // fewer slots instead of another packet.
-                match set_pipe_size(fd, packets as usize * PAGE_SIZE) {
-                    Ok(()) => slots = packets,
-                    Err(_) => lied = true,
+                if packets < target && watch_out && full && packets.is_power_of_two() {
+                    set_slots(packets, &mut slots); // full with no reader: fewer slots
+                }
+            } else if watch_out && full != (packets >= slots) {
+                // More packets than the state calls for (a resize made room; or a peer's):
+                // the slot count makes the writer's readiness right.
+                let n = if full {
+                    packets
+                } else {
+                    (packets + 1).next_power_of_two()
+                };
+                if n.is_power_of_two() && n <= MAX_SIGNAL_SLOTS {
+                    set_slots(n, &mut slots);
                 }
             }
-        } else if packets > hi {
-            if self.side == Side::Read {
-                while packets > hi {
-                    match read_byte(fd) {
-                        Ok(()) => packets -= 1,
-                        Err(_) => {
-                            lied = true;
-                            break;
-                        }
-                    }
-                }
-                if packets == 0 && slots != SIGNAL_SLOTS {
-                    // Back to the usual count while the pipe is empty (always allowed).
-                    match set_pipe_size(fd, SIGNAL_SLOTS as usize * PAGE_SIZE) {
-                        Ok(()) => slots = SIGNAL_SLOTS,
-                        Err(_) => lied = true,
-                    }
-                }
-            } else if hi == slots - 1 {
-                // A writer made room in a full ring (a resize): more slots instead of taking
-                // a packet out.
-                let more = (packets + 1).next_power_of_two();
-                if more <= MAX_SIGNAL_SLOTS {
-                    match set_pipe_size(fd, more as usize * PAGE_SIZE) {
-                        Ok(()) => slots = more,
-                        Err(_) => lied = true,
+        } else if packets >= target {
+            while packets > target {
+                match read_byte(fd) {
+                    Ok(()) => packets -= 1,
+                    Err(_) => {
+                        lied.set(true);
+                        break;
                     }
                 }
             }
+            if watch_out {
+                set_slots(SIGNAL_SLOTS, &mut slots);
+            }
+        } else if watch_out && full && packets == 1 {
+            set_slots(1, &mut slots); // made full by a resize: one slot instead of a packet
         }
-        if lied {
+        if lied.get() {
             (packets, slots) = self.ask_signal_pipe();
         }
         h.signal[PACKETS].store(packets, Ordering::Relaxed);
@@ -487,7 +528,9 @@ impl End {
     #[cfg(not(loom))]
     fn ask_signal_pipe(&self) -> (u32, u32) {
         use crate::sys::mm::PAGE_SIZE;
-        let fd = self.signal();
+        let Some(fd) = self.signal() else {
+            return (1, 0);
+        };
         let slots =
             crate::sys::pipe::pipe_size(fd).map_or(SIGNAL_SLOTS as usize, |b| b / PAGE_SIZE);
         let slots = u32::try_from(slots)
@@ -537,9 +580,11 @@ impl End {
 
     #[cfg(not(loom))]
     fn ask_kernel(&self) -> bool {
-        if self.signal.is_none() {
-            return false;
-        }
+        let Some(fd) = self.signal() else {
+            // No signal pipe: the pipe never left this process, so the other side's only
+            // possible holder is this process's end of it.
+            return self.shared.local_gone(self.side.other());
+        };
         // A reader asks the signal pipe's read end (POLLHUP: no writer holds the write end);
         // a writer its write end (POLLERR: no reader holds the read end).
         let gone = if self.side == Side::Read {
@@ -547,7 +592,7 @@ impl End {
         } else {
             libc::POLLERR
         };
-        let gone = crate::sys::poll::poll_now(self.signal(), 0) & gone != 0;
+        let gone = crate::sys::poll::poll_now(fd, 0) & gone != 0;
         if gone {
             // Acquire: the peers' last publications happened before their descriptors closed,
             // which the kernel's poll observed; our later loads of head/tail must see them.
@@ -615,7 +660,7 @@ impl Drop for End {
         // Close our descriptor of the end first: a peer that sees the bump below and asks the
         // kernel must not count us. The watcher stops watching it before it closes.
         #[cfg(not(loom))]
-        if self.signal.is_some() {
+        {
             crate::watch::unwatch(self);
             drop(self.signal.take());
         }

@@ -27,16 +27,16 @@ impl End {
     /// by the caller until the end has left), and the signal pipe's.
     fn travel_fds(&self) -> io::Result<(OwnedFd, [RawFd; 2])> {
         let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
-        let fds = [memfd.as_raw_fd(), self.signal().as_raw_fd()];
+        let fds = [memfd.as_raw_fd(), self.signal_now()?.as_raw_fd()];
         Ok((memfd, fds))
     }
 
     /// Descriptors that carry a clone of this end: a fresh description of the memory file and
     /// a duplicate of the signal pipe's end.
     fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
+        expose(&self.shared)?;
         let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
-        let signal = self.signal().try_clone_to_owned()?;
-        expose(&self.shared);
+        let signal = self.signal_now()?.try_clone_to_owned()?;
         Ok([memfd, signal])
     }
 
@@ -44,7 +44,7 @@ impl End {
         let mut msg = [0u8; 7];
         msg[..6].copy_from_slice(TAG);
         msg[6] = self.side().index() as u8;
-        expose(&self.shared);
+        expose(&self.shared)?;
         let (_journey, fds) = self.travel_fds()?;
         sys::net::send_fds(sock.as_fd(), &msg, &fds)
     }
@@ -83,8 +83,9 @@ impl End {
         check_signal(signal.as_fd(), side)?;
         let region = Region::attach(memfd)?;
         let shared = create::open(region);
-        expose(&shared);
-        Ok(End::new(shared, side, signal))
+        shared.note_signal();
+        shared.mark_exposed();
+        Ok(End::new(shared, side, Some(signal)))
     }
 
     fn pass_to(self: &Arc<End>, cmd: &mut Command, var: &str) -> io::Result<()> {
@@ -94,8 +95,8 @@ impl End {
                 format!("{var:?} is not a valid environment variable name"),
             ));
         }
+        expose(&self.shared)?;
         let (journey, fds) = self.travel_fds()?;
-        expose(&self.shared);
         let [m, signal] = fds;
         cmd.env(var, format!("pagepipe:{}:{m}:{signal}", self.side().name()));
         let keep = (self.clone(), journey);

@@ -17,10 +17,18 @@ use std::time::{Duration, Instant};
 pub(crate) trait LocalEnd: Send + Sync {
     /// Brings this end's descriptors to the ring's state (see `End::sync`).
     fn sync(&self);
+
+    /// Hands this end its descriptor of the pipe's new signal pipe (see
+    /// [`Shared::ensure_signal`]).
+    fn give_signal(&self, fd: std::os::fd::OwnedFd);
 }
 
 /// Everything one process knows of one pipe: its mapping of the region.
 pub(crate) struct Shared {
+    /// Taken out only by `drop`, which may give it to the cache (see `pipe::cache`).
+    #[cfg(not(loom))]
+    pub(crate) region: std::mem::ManuallyDrop<Region>,
+    #[cfg(loom)]
     pub(crate) region: Region,
     /// `index(head)` seen by the idle trimmer's last tick.
     #[cfg(not(loom))]
@@ -29,6 +37,10 @@ pub(crate) struct Shared {
     /// state that either side may have to reflect in its descriptor.
     #[cfg(not(loom))]
     pub(crate) local: [std::sync::Mutex<Option<std::sync::Weak<dyn LocalEnd>>>; 2],
+    /// Whether the pipe has its signal pipe in this process (see [`Shared::ensure_signal`]);
+    /// the lock serializes making it with itself.
+    #[cfg(not(loom))]
+    signal_made: std::sync::Mutex<bool>,
     /// Tasks of this process waiting in an async adapter, indexed like `polled`:
     /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
     pub(crate) wakers: [Wakers; 2],
@@ -67,7 +79,14 @@ const KEY_STRIDE: u32 = 1 << 22;
 #[cfg(not(loom))]
 impl Drop for Shared {
     fn drop(&mut self) {
-        self.drop_key(); // this mapping's key description: its lock goes with it
+        self.drop_key();
+        // SAFETY: `region` is taken once, here, and `self` is not used after.
+        let region = unsafe { std::mem::ManuallyDrop::take(&mut self.region) };
+        if self.confined() {
+            // No other process can hold this region: it waits for the next pipe.
+            crate::pipe::cache::give(region);
+        }
+        // Otherwise dropped: the mapping, and the descriptor (with this process's key lock).
     }
 }
 
@@ -305,6 +324,8 @@ impl Shared {
             idle_mark: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
             local: Default::default(),
+            #[cfg(not(loom))]
+            signal_made: std::sync::Mutex::new(false),
             wakers: Default::default(),
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
@@ -319,6 +340,9 @@ impl Shared {
             key: std::sync::atomic::AtomicU64::new(0),
             #[cfg(not(loom))]
             ino: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(not(loom))]
+            region: std::mem::ManuallyDrop::new(region),
+            #[cfg(loom)]
             region,
         }
     }
@@ -442,6 +466,66 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .is_some_and(|w| w.strong_count() > 0)
+    }
+
+    /// Makes the pipe's signal pipe, if it has none in this process yet, and hands its two ends
+    /// to this process's ends of the pipe (an end dropped meanwhile has its half closed at
+    /// once: the kernel then reports that side gone, as it is). A pipe made here needs one
+    /// only once it may leave the process (a send, a fork) or someone polls it: until then the
+    /// other side's holder can only be this process's end, whose drop is seen directly
+    /// ([`Shared::local_gone`]), and creation costs no kernel pipe. An end that came from
+    /// another process brought its descriptor ([`Shared::note_signal`]).
+    ///
+    /// # Errors
+    /// The OS's error if the kernel pipe cannot be made (a full descriptor table).
+    #[cfg(not(loom))]
+    pub(crate) fn ensure_signal(&self) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        let mut made = self.signal_made.lock().unwrap_or_else(|e| e.into_inner());
+        if *made {
+            return Ok(());
+        }
+        let (read, write) = crate::sys::pipe::packet_pipe()?;
+        // Nobody polls yet (polling makes the signal pipe first): one packet, both
+        // descriptors ready, as the header says (see Region::init and End::enable_polling).
+        crate::sys::pipe::write_byte(write.as_fd())?;
+        for (side, fd) in [(Side::Write, write), (Side::Read, read)] {
+            let end = self.local[side.index()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(std::sync::Weak::upgrade);
+            if let Some(end) = end {
+                end.give_signal(fd);
+            }
+        }
+        *made = true;
+        Ok(())
+    }
+
+    /// An end of this mapping came with its descriptor of the signal pipe (received).
+    #[cfg(not(loom))]
+    pub(crate) fn note_signal(&self) {
+        *self.signal_made.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+
+    /// Whether this process's end of `side` is gone (or never was), for a pipe that never left
+    /// the process (no signal pipe). The end's last handle dropped before this process's view
+    /// of it goes: an Acquire fence after seeing it gone orders the end's last publications
+    /// (before its drop) before our later loads.
+    #[cfg(not(loom))]
+    pub(crate) fn local_gone(&self, side: Side) -> bool {
+        let gone = self.local[side.index()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|w| w.strong_count() == 0);
+        if gone {
+            // Acquire: pairs with the Release decrement of the end's last handle (`Arc`'s
+            // drop), which its earlier publications precede.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        gone
     }
 
     /// After a change either side may have to reflect (a resize): syncs the descriptors of

@@ -1,0 +1,113 @@
+//! Regions of dropped pipes, ready for new ones: the most expensive part of making a pipe is
+//! its memory file and mapping (`memfd_create`, `ftruncate`, seals, `mmap`, and `munmap` and
+//! `close` when it goes), so a pipe that never left this process leaves its region here when
+//! it is dropped, and the next pipe of the same geometry takes it.
+//!
+//! A cached region holds no memory: every page of its file is given back first (a hole over
+//! all of it), so it reads as zeros, as a new file does. It keeps its descriptor (and so this
+//! process's key on it, which only this process ever used) and its address space. At most
+//! [`CACHED`] wait here, and the idle trimmer closes those that waited a tick
+//! ([`crate::reclaim::IDLE_TICK`]): the cache gives its descriptors back as the pool gives
+//! pages back.
+//!
+//! Only a region no other process can hold is cached: its pipe was confined to this process
+//! (never sent, received or passed, no fork while it lived). A forked child closes the
+//! regions it inherited from the cache in its fork handler ([`in_forked_child`]): they are the
+//! parent's (its key description among them).
+
+use crate::region::{Config, Region};
+use crate::sync::{Arc, Mutex};
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+/// The most regions waiting at once.
+const CACHED: usize = 8;
+
+struct Cached {
+    region: Region,
+    since: Instant,
+}
+
+/// The cache, locked (also by the fork handlers, around `fork(2)`): the waiting regions, and
+/// while there are any, the idle trimmer's handle on them (the trimmer sleeps while no owner
+/// is registered: an empty cache is none).
+pub(crate) struct Cache(Vec<Cached>, Option<Arc<Trimmer>>);
+
+static CACHE: Mutex<Cache> = Mutex::new(Cache(Vec::new(), None));
+
+/// [`CACHE`], locked.
+pub(crate) fn lock() -> MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A region for a new pipe of `config` with a ring of `ring_size` slots that may grow to
+/// `reach`, made ready, if one waits.
+pub(crate) fn take(config: Config, ring_size: usize, reach: usize) -> Option<Region> {
+    let mut cache = lock();
+    let i = cache.0.iter().position(|c| c.region.fits(&config, reach))?;
+    let mut region = cache.0.swap_remove(i).region;
+    if cache.0.is_empty() {
+        cache.1 = None;
+    }
+    drop(cache);
+    region.reuse(config, ring_size);
+    Some(region)
+}
+
+/// Keeps the region of a dropped pipe that never left this process for the next pipe (or
+/// drops it: the cache is full, or the region is not a data pipe's).
+pub(crate) fn give(region: Region) {
+    if region.config.notes != 0 {
+        return;
+    }
+    region.punch();
+    let mut cache = lock();
+    if cache.0.len() >= CACHED {
+        return; // dropped after unlocking, as `region` goes out of scope last
+    }
+    cache.0.push(Cached {
+        region,
+        since: Instant::now(),
+    });
+    let fresh = cache.1.is_none().then(|| Arc::new(Trimmer));
+    if let Some(t) = &fresh {
+        cache.1 = Some(t.clone());
+    }
+    drop(cache);
+    if let Some(t) = fresh {
+        let weak: std::sync::Weak<dyn crate::reclaim::Trim> = Arc::downgrade(&t) as _;
+        crate::reclaim::register(weak);
+    }
+}
+
+/// In a forked child, with the lock the prepare handler took: the cached regions are the
+/// parent's (their descriptors hold the parent's key descriptions); the child closes them.
+pub(crate) fn in_forked_child(mut cache: MutexGuard<'static, Cache>) {
+    cache.0.clear();
+    cache.1 = None;
+}
+
+/// The idle trimmer's owner for the cache ([`crate::reclaim::Trim`]): closes the regions that
+/// waited a tick (all of them for [`crate::shrink`]).
+pub(crate) struct Trimmer;
+
+impl crate::reclaim::Trim for Trimmer {
+    fn trim(&self, force: bool) -> usize {
+        let mut cache = lock();
+        let gone: Vec<Cached> = {
+            let (keep, gone) = std::mem::take(&mut cache.0)
+                .into_iter()
+                .partition(|c| !force && c.since.elapsed() < crate::reclaim::IDLE_TICK);
+            cache.0 = keep;
+            gone
+        };
+        let owner = if cache.0.is_empty() {
+            cache.1.take()
+        } else {
+            None
+        };
+        drop(cache);
+        drop((gone, owner)); // closed and unmapped unlocked
+        0 // a cached region holds no pages: only a descriptor and address space
+    }
+}
