@@ -112,9 +112,14 @@ pub fn read_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
 const PIPEFS_MAGIC: libc::__fsword_t = 0x5049_5045;
 
 /// Runs a one-byte transfer (`io(nowait)` returns the syscall's result) until it moves the
-/// byte or fails with something other than `EINTR`; 0 bytes is `UnexpectedEof`. Where this
-/// descriptor refuses `RWF_NOWAIT` (`EOPNOTSUPP`: a kernel before 5.8), this call alone falls
-/// back to the plain call: nothing a descriptor answers changes how others are treated.
+/// byte or fails with something other than `EINTR`; 0 bytes is `UnexpectedEof`.
+///
+/// A descriptor that refuses `RWF_NOWAIT` (`EOPNOTSUPP`) gets the plain call only on a kernel
+/// that refuses it for every pipe (before 5.8: [`nowait_works`]), where the descriptors'
+/// `O_NONBLOCK` is all there is. On a newer kernel one pipe end can lose `RWF_NOWAIT` (after a
+/// `splice(2)` on it, which any holder of its description may do) while another holder cleared
+/// its `O_NONBLOCK`: the plain call could then block for good, so this one fails with
+/// `WouldBlock` instead.
 fn one_byte(io: impl Fn(bool) -> isize) -> io::Result<()> {
     let mut nowait = true;
     loop {
@@ -128,10 +133,33 @@ fn one_byte(io: impl Fn(bool) -> isize) -> io::Result<()> {
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EOPNOTSUPP) if nowait => nowait = false,
+            Some(libc::EOPNOTSUPP) if nowait && !nowait_works() => nowait = false,
+            Some(libc::EOPNOTSUPP) => return Err(io::Error::from(io::ErrorKind::WouldBlock)),
             _ => return Err(e),
         }
     }
+}
+
+/// Whether this kernel takes `RWF_NOWAIT` on pipes (Linux 5.8 and later), asked once with a
+/// pipe of our own.
+fn nowait_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let Ok((r, w)) = os_pipe() else {
+            return true; // cannot ask: never block
+        };
+        let b = 1u8;
+        let iov = libc::iovec {
+            iov_base: (&b as *const u8).cast_mut().cast(),
+            iov_len: 1,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: the kernel reads one byte from `iov`, which points at a live local.
+        let rc = unsafe { libc::pwritev2(w.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+        let works = rc == 1 || io::Error::last_os_error().raw_os_error() != Some(libc::EOPNOTSUPP);
+        drop((r, w));
+        works
+    })
 }
 
 /// Bytes queued in a kernel pipe, asked through either end (`ioctl(2)`, `FIONREAD`).

@@ -73,10 +73,6 @@ impl Side {
 pub(crate) const FULL: usize = 0;
 /// Index of the reader's readiness ("the ring holds data": `POLLIN`).
 pub(crate) const READABLE: usize = 1;
-/// Index of the signal pipe's queued packets in the header's `signal`.
-pub(crate) const PACKETS: usize = 0;
-/// Index of the signal pipe's slot count in the header's `signal`.
-pub(crate) const SLOTS: usize = 1;
 /// The signal pipe's slots while nothing calls for another count: one packet is "the ring holds
 /// data", two "the ring is full".
 pub(crate) const SIGNAL_SLOTS: u32 = 2;
@@ -154,10 +150,9 @@ pub(crate) struct Header {
     /// transition keeps the descriptors' state exact. Sticky. SeqCst with the index RMWs (see
     /// `End::sync`).
     pub(crate) polled: [ColdU32; 2],
-    /// The signal pipe as far as the last sync knows it, `[packets queued, slots]` (indexed by
-    /// [`PACKETS`] and [`SLOTS`]); written under `sig_lock`, validated before use (see
-    /// `End::sync` in `pipe/end.rs`).
-    pub(crate) signal: [ColdU32; 2],
+    /// Unused (where an earlier layout kept the signal pipes' state: a sync now asks the
+    /// kernel, which a peer cannot lie to).
+    _unused: [ColdU32; 2],
     /// Bumped (Release) after a process closed its last handle of an end (indexed by [`Side::index`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -517,7 +512,7 @@ impl Region {
             timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
             sig_lock: Padded(SideLock::new()),
             polled: [ColdU32::new(0), ColdU32::new(0)],
-            signal: [ColdU32::new(0), ColdU32::new(0)],
+            _unused: [ColdU32::new(0), ColdU32::new(0)],
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
             notes: ColdU32::new(0),
             note_loss: ColdU32::new(0),
@@ -581,10 +576,6 @@ impl Region {
         h.ring_size.store(ring_size as u32, Ordering::Relaxed);
         h.max_usage.store(ring_size as u32, Ordering::Relaxed);
         h.dropped.store(ring_size as u64, Ordering::Relaxed);
-        // See pipe::create::create: one packet, and a slot count not set yet (0: the first
-        // sync asks the kernel).
-        h.signal[PACKETS].store(1, Ordering::Relaxed);
-        h.signal[SLOTS].store(0, Ordering::Relaxed);
         for pos in 0..ring_size {
             self.slot(pos)
                 .state
@@ -752,18 +743,27 @@ impl Region {
         use std::sync::atomic::Ordering as O;
         let keyed = &self.backing.keyed;
         loop {
+            // No fork while KEYING (a child would inherit the state with nobody to finish it)
+            // nor while the reopening's spare descriptor exists (a child would inherit it, and
+            // with it a reference to our key description).
+            let no_fork = crate::fork::hold();
             // Acquire: pairs with the Release store of KEYED below (the dup3 is done).
             match keyed.compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire) {
                 Ok(_) => {
-                    let raw = std::os::fd::AsRawFd::as_raw_fd(&self.memfd()?);
-                    let done = crate::sys::fd::reopen_in_place(raw);
+                    let done = self.memfd().and_then(|fd| {
+                        crate::sys::fd::reopen_in_place(std::os::fd::AsRawFd::as_raw_fd(&fd))
+                    });
                     // Release: the replaced description is in place for whoever sees KEYED.
                     keyed.store(if done.is_ok() { KEYED } else { UNKEYED }, O::Release);
+                    drop(no_fork);
                     done?;
                     return self.memfd();
                 }
                 Err(KEYED) => return self.memfd(),
-                Err(_) => std::thread::yield_now(), // another thread is reopening it
+                Err(_) => {
+                    drop(no_fork);
+                    std::thread::yield_now(); // another thread is reopening it
+                }
             }
         }
     }

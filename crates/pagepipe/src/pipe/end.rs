@@ -18,12 +18,12 @@
 //! side, with the other side gone or not, leaves both descriptors exact.
 
 #[cfg(not(loom))]
-use crate::lock::{self, Taken};
+use crate::lock;
 use crate::pipe::hint::prefetch_next_write;
 #[cfg(not(loom))]
 use crate::pipe::shared::LocalEnd;
 use crate::pipe::shared::{timeout_ns, Shared};
-use crate::region::{Side, FULL, PACKETS, READABLE, SIGNAL_SLOTS, SLOTS};
+use crate::region::{Side, FULL, READABLE, SIGNAL_SLOTS};
 use crate::ring;
 use crate::sync::{Arc, ColdBool, ColdU64, Ordering};
 use crate::wait::{sleep_until, Wakers};
@@ -358,10 +358,11 @@ impl End {
         // SeqCst: as below. Set first, whether or not the lock comes: from now on every
         // transition of either side keeps the descriptor exact.
         h.polled[which].store(1, Ordering::SeqCst);
-        let Ok(taken) = h.sig_lock.lock(&*self.shared, readiness_wait()) else {
+        // A holder that died left nothing to recover: a sync asks the kernel what the signal
+        // pipe holds.
+        if h.sig_lock.lock(&*self.shared, readiness_wait()).is_err() {
             return; // a live holder kept it too long: retried at the next `poll_fd`
-        };
-        self.recover_signals(taken);
+        }
         // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
         // each side): either a publisher or consumer sees the flag and syncs after us, or our
         // reading of the indices below sees its update.
@@ -401,10 +402,9 @@ impl End {
     #[inline(never)]
     fn sync_polled(&self) {
         let h = self.shared.header();
-        let Ok(taken) = h.sig_lock.lock(&*self.shared, readiness_wait()) else {
+        if h.sig_lock.lock(&*self.shared, readiness_wait()).is_err() {
             return; // a live holder kept it over a second: see `READINESS_PATIENCE`
-        };
-        self.recover_signals(taken);
+        }
         self.sync_locked();
         h.sig_lock.unlock(&*self.shared);
     }
@@ -437,7 +437,9 @@ impl End {
         let Some(fd) = self.signal() else {
             return; // polled only once the pipe has its signal pipe: not ours yet (dropping)
         };
-        let (mut packets, mut slots) = self.signal_state();
+        // What the signal pipe holds, asked of the kernel: nothing in the shared region says
+        // it (a peer could write any count there and hide data from a poller).
+        let (mut packets, mut slots) = self.ask_signal_pipe();
         let target: u32 = if watch_out && full {
             2
         } else if watch_in && !readable {
@@ -445,13 +447,11 @@ impl End {
         } else {
             1
         };
-        let lied = std::cell::Cell::new(false);
+        // A failed move (a refused resize, a peer's bytes in the way) leaves the pipe as the
+        // kernel has it: the next sync asks again.
         let set_slots = |n: u32, slots: &mut u32| {
-            if *slots != n {
-                match set_pipe_size(fd, n as usize * PAGE_SIZE) {
-                    Ok(()) => *slots = n,
-                    Err(_) => lied.set(true),
-                }
+            if *slots != n && set_pipe_size(fd, n as usize * PAGE_SIZE).is_ok() {
+                *slots = n;
             }
         };
         if self.side == Side::Write {
@@ -463,12 +463,9 @@ impl End {
                     match write_byte(fd) {
                         Ok(()) => packets += 1,
                         // No reader left (`EPIPE`): nobody to tell of data, and fullness goes
-                        // by the slot count below. Anything else: the pipe holds what we did
-                        // not put there; ask the kernel.
-                        Err(e) => {
-                            lied.set(lied.get() || e.kind() != std::io::ErrorKind::BrokenPipe);
-                            break;
-                        }
+                        // by the slot count below. Anything else: a peer's bytes are in the
+                        // way.
+                        Err(_) => break,
                     }
                 }
                 if packets < target && watch_out && full && packets.is_power_of_two() {
@@ -490,10 +487,7 @@ impl End {
             while packets > target {
                 match read_byte(fd) {
                     Ok(()) => packets -= 1,
-                    Err(_) => {
-                        lied.set(true);
-                        break;
-                    }
+                    Err(_) => break,
                 }
             }
             if watch_out {
@@ -501,25 +495,6 @@ impl End {
             }
         } else if watch_out && full && packets == 1 {
             set_slots(1, &mut slots); // made full by a resize: one slot instead of a packet
-        }
-        if lied.get() {
-            (packets, slots) = self.ask_signal_pipe();
-        }
-        h.signal[PACKETS].store(packets, Ordering::Relaxed);
-        h.signal[SLOTS].store(slots, Ordering::Relaxed);
-    }
-
-    /// The signal pipe's `(packets, slots)` as the header records them, validated; what the
-    /// kernel says if a peer left values no sync writes.
-    #[cfg(not(loom))]
-    fn signal_state(&self) -> (u32, u32) {
-        let h = self.shared.header();
-        let packets = h.signal[PACKETS].load(Ordering::Relaxed);
-        let slots = h.signal[SLOTS].load(Ordering::Relaxed);
-        if slots.is_power_of_two() && slots <= MAX_SIGNAL_SLOTS && packets <= slots {
-            (packets, slots)
-        } else {
-            self.ask_signal_pipe()
         }
     }
 
@@ -538,19 +513,6 @@ impl End {
             .clamp(1, MAX_SIGNAL_SLOTS);
         let packets = crate::sys::pipe::fionread(fd).unwrap_or(0);
         (u32::try_from(packets).unwrap_or(slots).min(slots), slots)
-    }
-
-    /// After taking `sig_lock` from a holder that died: the header's record of the signal pipe
-    /// may not match it; asks the kernel what it holds.
-    #[cfg(not(loom))]
-    fn recover_signals(&self, taken: Taken) {
-        if taken != Taken::FromDead {
-            return;
-        }
-        let (packets, slots) = self.ask_signal_pipe();
-        let h = self.shared.header();
-        h.signal[PACKETS].store(packets, Ordering::Relaxed);
-        h.signal[SLOTS].store(slots, Ordering::Relaxed);
     }
 
     /// Whether the other end has no holder left in any process. Without `force`, asks the
