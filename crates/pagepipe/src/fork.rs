@@ -32,23 +32,10 @@ pub(crate) fn install() {
     });
 }
 
-/// Held (shared) while a pipe is made and while a descriptor number is briefly doubled (the
-/// key description's reopening), and exclusively by the forking thread across `fork(2)`: a
-/// pipe made between the fork handlers' first steps and the fork itself would count as
-/// confined to the parent while the child holds it, and a spare descriptor open at the fork
-/// would give the child a reference to the parent's key description.
-#[cfg(not(loom))]
-static FORKING: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-/// Keeps this process from forking until dropped (see [`FORKING`]).
-#[cfg(not(loom))]
-pub(crate) fn hold() -> std::sync::RwLockReadGuard<'static, ()> {
-    FORKING.read().unwrap_or_else(|e| e.into_inner())
-}
-
 #[cfg(not(loom))]
 thread_local! {
-    /// [`FORKING`], held exclusively across a fork by the forking thread.
+    /// The fork gate ([`crate::fork_gate`]), held exclusively across a fork by the forking
+    /// thread.
     static FORK_EXCL: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, ()>>> =
         const { std::cell::RefCell::new(None) };
     /// The registry guard held across a fork by the forking thread.
@@ -70,7 +57,7 @@ thread_local! {
 
 #[cfg(not(loom))]
 extern "C" fn before_fork() {
-    let excl = FORKING.write().unwrap_or_else(|e| e.into_inner());
+    let excl = crate::fork_gate::exclusive();
     FORK_EXCL.with(|x| *x.borrow_mut() = Some(excl));
     crate::pipe::end::before_fork();
     let guard = registry();

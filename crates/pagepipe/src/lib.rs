@@ -34,6 +34,8 @@
 mod builder;
 mod error;
 mod fork;
+#[cfg(not(loom))]
+mod fork_gate;
 mod frag;
 mod lock;
 mod pipe;

@@ -746,7 +746,7 @@ impl Region {
             // No fork while KEYING (a child would inherit the state with nobody to finish it)
             // nor while the reopening's spare descriptor exists (a child would inherit it, and
             // with it a reference to our key description).
-            let no_fork = crate::fork::hold();
+            let no_fork = crate::fork_gate::hold();
             // Acquire: pairs with the Release store of KEYED below (the dup3 is done).
             match keyed.compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire) {
                 Ok(_) => {

@@ -30,7 +30,7 @@ pub(crate) fn create(
     // No fork until both ends exist: a pipe made while another thread forks is either in the
     // fork handlers' view (and gets its signal pipe) or made after the fork.
     #[cfg(not(loom))]
-    let _no_fork = crate::fork::hold();
+    let _no_fork = crate::fork_gate::hold();
     #[cfg(not(loom))]
     let region = match crate::pipe::cache::take(config, ring_size, reach) {
         Some(region) => region,
