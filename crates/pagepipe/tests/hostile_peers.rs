@@ -1,6 +1,6 @@
 //! Attacks an adversarial review found against the one-signal-pipe design, the key on the
 //! memory file's own description and the lazy death watcher (issues 23, 25): one test per
-//! finding, each failing before its fix. The three ignored ones are known limitations, stated
+//! finding, each failing before its fix. The two ignored ones are known limitations, stated
 //! in the README's trust model and docs/design.md.
 
 #[path = "support/children.rs"]
@@ -251,14 +251,13 @@ fn clear_o_direct(fd: BorrowedFd<'_>) {
     }
 }
 
-/// Known limitation: a co-writer that clears `O_DIRECT` on its write end (the open file description every
+/// Was a bug: a co-writer that clears `O_DIRECT` on its write end (the open file description every
 /// writer holder shares) turns the signal pipe's packets into bytes that merge into one slot:
 /// a full ring is then two bytes in one slot, so the writer's descriptor polls POLLOUT on a
 /// full ring, and the reader's drain frees no full kernel pipe, so no EPOLLOUT edge ever
 /// comes: an edge-triggered writer (tokio's AsyncWriter with its reader in another process)
 /// sleeps forever with room in the ring.
 #[test]
-#[ignore = "known limitation (README trust model): a holder of the same side can stall its co-holders"]
 fn clearing_o_direct_on_the_shared_write_end_loses_no_writable_edge() {
     let (w, mut r): (Writer, Reader) = pagepipe::pipe().unwrap();
     let [_memfd, peer_w] = w.to_fds().unwrap(); // any writer holder's descriptor

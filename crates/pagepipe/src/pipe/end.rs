@@ -471,6 +471,18 @@ impl End {
                 if packets < target && watch_out && full && packets.is_power_of_two() {
                     set_slots(packets, &mut slots); // full with no reader: fewer slots
                 }
+                if watch_out && full {
+                    // A co-writer may have cleared O_DIRECT on the descriptors' shared
+                    // description: our packets then merged into fewer slots than we count.
+                    // The kernel's own answer decides; fewer slots until it says full.
+                    let mut n = slots / 2;
+                    while n >= 1
+                        && crate::sys::poll::poll_now(fd, libc::POLLOUT) & libc::POLLOUT != 0
+                    {
+                        set_slots(n, &mut slots);
+                        n /= 2;
+                    }
+                }
             } else if watch_out && full != (packets >= slots) {
                 // More packets than the state calls for (a resize made room; or a peer's):
                 // the slot count makes the writer's readiness right.
