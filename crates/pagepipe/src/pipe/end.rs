@@ -7,7 +7,9 @@
 //! process holding a reader its read end; descriptors follow `fork`, `SCM_RIGHTS` and exec like
 //! the ends they stand for, and the kernel closes them when a process exits or is killed. So
 //! the read end polls `POLLHUP` exactly when no process holds a writer, and the write end
-//! `POLLERR` when none holds a reader.
+//! `POLLERR` when none holds a reader. A pipe gets its signal pipe only when it may leave the
+//! process that made it (a send, a fork) or someone polls it (`Shared::ensure_signal`): until
+//! then the other side's only holder is this process's own end, whose drop is seen directly.
 //!
 //! The same descriptors are what the ends hand out for polling. The signal pipe is in packet
 //! mode (every one-byte write takes a slot of its own) and has two slots: a reader's
