@@ -6,6 +6,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 /// Clears `FD_CLOEXEC` on `fd` so an exec'd program inherits it. Only async-signal-safe calls:
 /// usable between fork and exec.
+///
+/// # Errors
+/// The OS's error from `fcntl(2)` (`EBADF` for a closed descriptor).
 pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor number touches no user memory.
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
@@ -18,12 +21,18 @@ pub fn fd_is_open(fd: RawFd) -> bool {
 }
 
 /// Sets `FD_CLOEXEC` on `fd`.
+///
+/// # Errors
+/// The OS's error from `fcntl(2)`.
 pub fn set_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl on a borrowed descriptor touches no user memory.
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
 }
 
 /// Sets `O_NONBLOCK` on the open file description of `fd`.
+///
+/// # Errors
+/// The OS's error from `fcntl(2)`.
 pub fn set_fd_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fcntl on a borrowed descriptor touches no user memory.
     let fl = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
@@ -35,6 +44,9 @@ pub fn set_fd_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// description (`fcntl(2)` `F_OFD_SETLK`: owned by the description, so closing other
 /// descriptors of the file keeps it, and the kernel drops it when the last descriptor of the
 /// description closes, as at the owner's exit). `Ok(false)` when another description holds it.
+///
+/// # Errors
+/// The OS's error from `fcntl(2)` other than a conflicting lock (which is `Ok(false)`).
 pub fn lock_byte(fd: BorrowedFd<'_>, offset: u64) -> io::Result<bool> {
     let mut fl = byte_lock(offset)?;
     // SAFETY: `fl` is a live flock for the call.
@@ -51,6 +63,9 @@ pub fn lock_byte(fd: BorrowedFd<'_>, offset: u64) -> io::Result<bool> {
 
 /// Whether an open file description other than `fd`'s holds a lock on the byte at `offset` of
 /// `fd`'s file (`fcntl(2)` `F_OFD_GETLK`).
+///
+/// # Errors
+/// The OS's error from `fcntl(2)` (`F_OFD_GETLK`).
 pub fn byte_locked(fd: BorrowedFd<'_>, offset: u64) -> io::Result<bool> {
     let mut fl = byte_lock(offset)?;
     // SAFETY: `fl` is a live flock for the call, which writes into it.
@@ -73,6 +88,9 @@ fn byte_lock(offset: u64) -> io::Result<libc::flock> {
 
 /// A new open file description of `fd`'s file, read-write and close-on-exec, opened through
 /// `/proc/self/fd` (a `dup` would share `fd`'s description).
+///
+/// # Errors
+/// The OS's error from `open(2)`: `ENOENT` without `/proc`, `EMFILE` with a full descriptor table.
 pub fn reopen(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -88,6 +106,9 @@ pub fn reopen(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
 /// so nothing that holds the number notices, while the description it had (shared with
 /// whoever `fd` was inherited from) is no longer referenced from here. Async-signal-safe and
 /// allocation-free: for a forked child's fork handler.
+///
+/// # Errors
+/// The OS's error from `open(2)` or `dup3(2)` (see [`reopen`]); the descriptor is then unchanged.
 pub fn reopen_in_place(fd: RawFd) -> io::Result<()> {
     let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
     let prefix = b"/proc/self/fd/".len();

@@ -66,6 +66,9 @@ pub enum RangeSync {
 
 /// Starts or waits for writeback of `offset..offset + len` (`sync_file_range(2)`). Writes no
 /// metadata: it is not a substitute for `fdatasync(2)`.
+///
+/// # Errors
+/// The OS's error from `sync_file_range(2)` (`EIO` for a failed writeback).
 pub fn sync_file_range(fd: &impl AsRawFd, offset: u64, len: u64, how: RangeSync) -> io::Result<()> {
     let flags = match how {
         RangeSync::Start => libc::SYNC_FILE_RANGE_WRITE,
@@ -87,6 +90,9 @@ pub fn sync_file_range(fd: &impl AsRawFd, offset: u64, len: u64, how: RangeSync)
 /// Drops the clean, unmapped page-cache pages of `offset..offset + len` (`posix_fadvise(2)`,
 /// `POSIX_FADV_DONTNEED`). Dirty pages and pages under writeback stay. A `len` of 0 means "to the
 /// end of the file".
+///
+/// # Errors
+/// The OS's error from `posix_fadvise(2)`.
 pub fn fadvise_dontneed(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<()> {
     let (off, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
     // SAFETY: posix_fadvise touches no user memory; the fd is borrowed from a live file.
@@ -100,6 +106,9 @@ pub fn fadvise_dontneed(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<
 
 /// Reserves disk blocks for `0..len` of the file without changing its size (`fallocate(2)`
 /// with `FALLOC_FL_KEEP_SIZE`). `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`).
+///
+/// # Errors
+/// The OS's error from `fallocate(2)` (`ENOSPC`, `EOPNOTSUPP` on a filesystem without it).
 pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
     fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, len)
 }
@@ -108,6 +117,9 @@ pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
 /// (`fallocate(2)` with `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`): reads there return zeros
 /// and cached pages there are dropped, dirty or not. `Ok(false)` where the filesystem cannot
 /// (`EOPNOTSUPP`).
+///
+/// # Errors
+/// The OS's error from `fallocate(2)` (`EOPNOTSUPP` on a filesystem without hole punching).
 pub fn punch_hole_keep_size(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<bool> {
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     fallocate(fd, mode, offset, len)
@@ -131,6 +143,9 @@ fn fallocate(fd: &impl AsRawFd, mode: libc::c_int, offset: u64, len: u64) -> io:
 /// The bytes free on the filesystem of `fd` for unprivileged use (`fstatvfs(3)`, `f_bavail`):
 /// the blocks neither reserved for root nor kept back by the filesystem itself (ext4 keeps up to
 /// 2% of its blocks, at most 4096, out of every allocation's reach, root's included).
+///
+/// # Errors
+/// The OS's error from `fstatfs(2)`.
 pub fn free_bytes(fd: &impl AsRawFd) -> io::Result<u64> {
     // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -168,6 +183,9 @@ struct CacheStatRange {
 
 /// The page-cache state of `offset..offset + len` (`cachestat(2)`, Linux 6.5; `len` 0 means to
 /// the end of the file). `ENOSYS` on older kernels.
+///
+/// # Errors
+/// The OS's error from `cachestat(2)` (`ENOSYS` before Linux 6.5).
 pub fn cachestat(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<CacheStat> {
     let range = CacheStatRange { off: offset, len };
     let mut cs = CacheStat::default();
@@ -190,6 +208,9 @@ pub fn cachestat(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<CacheSt
 
 /// How many pages of the first `len` bytes of a file are resident, measured by mapping the file
 /// read-only and asking `mincore(2)` (the fallback for kernels without `cachestat(2)`).
+///
+/// # Errors
+/// The OS's error from `mmap(2)` or `mincore(2)`.
 pub fn file_resident_pages(fd: &impl AsRawFd, len: u64) -> io::Result<u64> {
     if len == 0 {
         return Ok(0);

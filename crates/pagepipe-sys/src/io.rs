@@ -8,6 +8,9 @@ pub const IOV_MAX: usize = 1024;
 
 /// Writes the buffers `bufs` to `fd` in one call (`writev(2)`), retrying on `EINTR`; returns
 /// the bytes written (possibly fewer than offered).
+///
+/// # Errors
+/// The OS's error from `writev(2)` (`WouldBlock` for a full non-blocking descriptor).
 pub fn writev(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
     // SAFETY: IoSlice is ABI-compatible with `struct iovec` (std guarantees it on Unix), and
     // each describes a live buffer we borrow: readable for the call.
@@ -21,6 +24,9 @@ pub fn writev(fd: BorrowedFd<'_>, bufs: &[std::io::IoSlice<'_>]) -> io::Result<u
 
 /// Reads from `fd` into the buffers `bufs` in one call (`readv(2)`), retrying on `EINTR`;
 /// returns the bytes read (0 at end of file).
+///
+/// # Errors
+/// The OS's error from `readv(2)` (`WouldBlock` for an empty non-blocking descriptor).
 pub fn readv(fd: BorrowedFd<'_>, bufs: &mut [std::io::IoSliceMut<'_>]) -> io::Result<usize> {
     // SAFETY: IoSliceMut is ABI-compatible with `struct iovec`, and each describes a live
     // buffer we borrow exclusively: writable, and used by nothing else, for the call.
@@ -37,6 +43,9 @@ pub fn readv(fd: BorrowedFd<'_>, bufs: &mut [std::io::IoSliceMut<'_>]) -> io::Re
 ///
 /// # Safety
 /// Each iovec must describe memory readable for the duration of the call.
+///
+/// # Errors
+/// As [`writev`].
 pub unsafe fn writev_raw(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<usize> {
     let cnt = iov.len().min(IOV_MAX) as libc::c_int;
     // SAFETY: `iov` is a live array of at least `cnt` iovecs; the caller vouches for the memory
@@ -49,6 +58,9 @@ pub unsafe fn writev_raw(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<
 /// # Safety
 /// Each iovec must describe memory writable, and used by nothing else in this process, for the
 /// duration of the call.
+///
+/// # Errors
+/// As [`readv`].
 pub unsafe fn readv_raw(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<usize> {
     let cnt = iov.len().min(IOV_MAX) as libc::c_int;
     // SAFETY: `iov` is a live array of at least `cnt` iovecs; the caller vouches for the memory

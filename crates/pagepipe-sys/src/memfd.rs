@@ -8,6 +8,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL` so no holder can change its size: a shrunk file
 /// would turn accesses of everyone's mapping into SIGBUS). Close-on-exec; no name in any file
 /// system, visible only to processes given the descriptor.
+///
+/// # Errors
+/// The OS's error from `memfd_create(2)`, `ftruncate(2)` or `fcntl(2)`; `InvalidInput` for a size
+/// beyond `off_t`.
 pub fn sealed_memfd(len: u64) -> io::Result<OwnedFd> {
     const MFD_NOEXEC_SEAL: libc::c_uint = 0x8;
     let name = c"pagepipe";
@@ -44,6 +48,10 @@ pub fn sealed_memfd(len: u64) -> io::Result<OwnedFd> {
 /// since; read the other way round, a sender could shrink the file and then seal it between the
 /// two calls, and the size returned would be one the file no longer has (a mapping of it would
 /// fault with SIGBUS).
+///
+/// # Errors
+/// `InvalidData` for a file that cannot be sealed (not a memory file); the OS's error from
+/// `fstat(2)` or `fcntl(2)`.
 pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
     // SAFETY: F_GET_SEALS touches no user memory.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -72,6 +80,9 @@ pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
 
 /// The file `fd` refers to, as `(device, inode)` (`fstat(2)`): equal for two descriptors of
 /// the same memory file, in whichever process they were opened.
+///
+/// # Errors
+/// The OS's error from `fstat(2)`.
 pub fn file_id(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };

@@ -25,6 +25,9 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Maps `len` bytes of zeroed memory, committed lazily (`mmap(2)` with `MAP_NORESERVE`).
+    ///
+    /// # Errors
+    /// The OS's error from `mmap(2)` (`ENOMEM`).
     pub fn anonymous(len: usize) -> io::Result<Mapping> {
         Mapping::map(
             len,
@@ -35,6 +38,9 @@ impl Mapping {
 
     /// Maps `len` bytes of the memory file `fd` shared (`mmap(2)`, `MAP_SHARED`): stores are
     /// seen by every process that maps it. The caller has checked (and sealed) the file's size.
+    ///
+    /// # Errors
+    /// The OS's error from `mmap(2)`.
     pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         Mapping::map(len, libc::MAP_SHARED, fd.as_raw_fd())
     }
@@ -107,6 +113,9 @@ impl Mapping {
     }
 
     /// How many pages of `offset..offset + len` are resident (`mincore(2)`).
+    ///
+    /// # Errors
+    /// The OS's error from `mincore(2)`.
     pub fn resident_pages(&self, offset: usize, len: usize) -> io::Result<usize> {
         assert!(
             offset % PAGE_SIZE == 0 && offset + len <= self.len,

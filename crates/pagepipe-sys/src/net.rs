@@ -23,6 +23,9 @@ fn msghdr(iov: &mut libc::iovec, control: &mut [u64]) -> libc::msghdr {
 }
 
 /// Sends `payload` with the descriptors `fds` attached (`sendmsg(2)`, `SCM_RIGHTS`).
+///
+/// # Errors
+/// The OS's error from `sendmsg(2)`.
 pub fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,

@@ -6,6 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// A kernel pipe (`pipe2(2)`, close-on-exec): `(read end, write end)`.
+///
+/// # Errors
+/// The OS's error from `pipe2(2)` (`EMFILE`, `ENFILE`).
 pub fn os_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` is a writable array of two ints.
@@ -19,6 +22,9 @@ pub fn os_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// takes one whole buffer. So the number of one-byte writes queued is the number of the
 /// pipe's slots in use, which is what `poll(2)` compares with its capacity. `(read end, write
 /// end)`.
+///
+/// # Errors
+/// The OS's error from `pipe2(2)` (`EMFILE`, `ENFILE`).
 pub fn packet_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` is a writable array of two ints.
@@ -35,6 +41,9 @@ pub fn packet_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Which end of a kernel pipe `fd` is: `Some(false)` for a read end, `Some(true)` for a write
 /// end, `None` if it is not a pipe made by `pipe(2)` (a named FIFO is not one) (`fstat(2)`,
 /// `fstatfs(2)`, `F_GETFL`).
+///
+/// # Errors
+/// The OS's error from `fstat(2)`, `fstatfs(2)` or `fcntl(2)`.
 pub fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
     // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -71,6 +80,10 @@ pub fn pipe_end_kind(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
 /// relies on the flag. `RWF_NOWAIT` does not cover the pipe's own mutex: a holder blocked
 /// inside the kernel on the same pipe (a `splice` from an idle socket) can still make this
 /// call wait.
+///
+/// # Errors
+/// `WouldBlock` for a full pipe (or, on a kernel that has `RWF_NOWAIT`, a pipe end that lost
+/// it), `BrokenPipe` with no reader, the OS's other errors.
 pub fn write_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     let b = 1u8;
     let iov = libc::iovec {
@@ -91,6 +104,9 @@ pub fn write_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// Reads one byte from a pipe without blocking, whatever the descriptor's `O_NONBLOCK` says
 /// (`preadv2(2)` at the current position with `RWF_NOWAIT`; see [`write_byte`]); an empty pipe
 /// is `WouldBlock`, one with no writer left `UnexpectedEof`.
+///
+/// # Errors
+/// `WouldBlock` for an empty pipe, `UnexpectedEof` with no writer left, the OS's other errors.
 pub fn read_byte(fd: BorrowedFd<'_>) -> io::Result<()> {
     let mut b = 0u8;
     let iov = libc::iovec {
@@ -163,6 +179,9 @@ fn nowait_works() -> bool {
 }
 
 /// Bytes queued in a kernel pipe, asked through either end (`ioctl(2)`, `FIONREAD`).
+///
+/// # Errors
+/// The OS's error from `ioctl(2)`.
 pub fn fionread(fd: BorrowedFd<'_>) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int to the pointer we pass.
@@ -171,12 +190,19 @@ pub fn fionread(fd: BorrowedFd<'_>) -> io::Result<usize> {
 }
 
 /// Sets a kernel pipe's capacity (`fcntl(2)`, `F_SETPIPE_SZ`).
+///
+/// # Errors
+/// The OS's error from `fcntl(2)`: `EBUSY` below the bytes queued, `EPERM` above the limits for an
+/// unprivileged process.
 pub fn set_pipe_size(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     // SAFETY: fcntl on a borrowed descriptor touches no user memory.
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) }).map(drop)
 }
 
 /// A kernel pipe's capacity in bytes (`fcntl(2)`, `F_GETPIPE_SZ`).
+///
+/// # Errors
+/// The OS's error from `fcntl(2)`.
 pub fn pipe_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: fcntl on a borrowed descriptor touches no user memory.
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) }).map(|n| n as usize)

@@ -23,6 +23,9 @@ pub fn poll_now(fd: BorrowedFd<'_>, events: libc::c_short) -> libc::c_short {
 }
 
 /// A non-blocking eventfd (`eventfd(2)`), used to wake a thread sleeping in [`poll_two`].
+///
+/// # Errors
+/// The OS's error from `eventfd(2)`.
 pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: eventfd has no memory-safety preconditions.
@@ -79,6 +82,9 @@ pub fn poll_two(
 }
 
 /// A new epoll instance (`epoll_create1(2)`, close-on-exec).
+///
+/// # Errors
+/// The OS's error from `epoll_create1(2)`.
 pub fn epoll_create() -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: epoll_create1 has no memory-safety preconditions.
@@ -92,6 +98,9 @@ pub fn epoll_create() -> io::Result<std::os::fd::OwnedFd> {
 
 /// Adds `fd` to the epoll instance `ep` (`epoll_ctl(2)`, `EPOLL_CTL_ADD`), reporting `events`
 /// (level-triggered; `EPOLLHUP` and `EPOLLERR` are always reported) with `key` as its data.
+///
+/// # Errors
+/// The OS's error from `epoll_ctl(2)` (`EEXIST` if `fd` is registered already).
 pub fn epoll_add(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, events: u32, key: u64) -> io::Result<()> {
     let mut ev = libc::epoll_event { events, u64: key };
     // SAFETY: `ev` is a live epoll_event for the call; both descriptors are borrowed.
@@ -104,6 +113,9 @@ pub fn epoll_add(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>, events: u32, key: u64) 
 }
 
 /// Removes `fd` from the epoll instance `ep` (`epoll_ctl(2)`, `EPOLL_CTL_DEL`).
+///
+/// # Errors
+/// The OS's error from `epoll_ctl(2)` (`ENOENT` if `fd` is not registered).
 pub fn epoll_del(ep: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
     let mut ev = libc::epoll_event { events: 0, u64: 0 };
     // SAFETY: `ev` is a live epoll_event (ignored by DEL since Linux 2.6.9); both descriptors

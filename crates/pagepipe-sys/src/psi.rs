@@ -9,6 +9,10 @@ use std::io;
 ///
 /// Errors: `Unsupported` when the file is missing or PSI is disabled (`psi=0`), `InvalidInput`
 /// when the kernel rejects the trigger, otherwise the OS's error; each names the path.
+///
+/// # Errors
+/// The OS's error from opening or writing the pressure file (`ENOENT` without PSI, `EINVAL` for a
+/// trigger the kernel refuses).
 pub fn psi_trigger(path: &std::path::Path, trigger: &str) -> io::Result<std::fs::File> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

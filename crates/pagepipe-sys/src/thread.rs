@@ -26,6 +26,10 @@ pub fn monotonic_ms() -> u64 {
 ///
 /// A missing entry is told apart from a missing procfs by `/proc/self/stat`, checked with
 /// `stat(2)` (which needs no descriptor).
+///
+/// # Errors
+/// The OS's error from reading `/proc/<tid>/stat` other than a thread that does not exist (which is
+/// `Ok(None)`).
 pub fn thread_start_time(tid: u32) -> io::Result<Option<u32>> {
     // Bytes, not a String: the command name (field 2) is whatever the thread set, not
     // necessarily UTF-8 (std cuts thread names to 15 bytes, even inside a character).
