@@ -441,7 +441,7 @@ impl End {
         };
         // What the signal pipe holds, asked of the kernel: nothing in the shared region says
         // it (a peer could write any count there and hide data from a poller).
-        let (mut packets, mut slots) = self.ask_signal_pipe();
+        let (mut packets, mut slots) = Self::ask_signal_pipe(fd, watch_out);
         let target: u32 = if watch_out && full {
             2
         } else if watch_in && !readable {
@@ -513,18 +513,21 @@ impl End {
     }
 
     /// The signal pipe's `(packets, slots)` as the kernel has them (bytes queued stand for
-    /// packets: ours are one byte each), clamped to what a sync can work with.
+    /// packets: ours are one byte each), clamped to what a sync can work with. The slot count
+    /// matters only to the writer's readiness: without `slots` it is not asked (one system
+    /// call less per sync while only readers poll) and reads as [`MAX_SIGNAL_SLOTS`].
     #[cfg(not(loom))]
-    fn ask_signal_pipe(&self) -> (u32, u32) {
+    fn ask_signal_pipe(fd: std::os::fd::BorrowedFd<'_>, slots: bool) -> (u32, u32) {
         use crate::sys::mm::PAGE_SIZE;
-        let Some(fd) = self.signal() else {
-            return (1, 0);
+        let slots = if slots {
+            crate::sys::pipe::pipe_size(fd)
+                .map_or(SIGNAL_SLOTS, |b| {
+                    u32::try_from(b / PAGE_SIZE).unwrap_or(MAX_SIGNAL_SLOTS)
+                })
+                .clamp(1, MAX_SIGNAL_SLOTS)
+        } else {
+            MAX_SIGNAL_SLOTS
         };
-        let slots =
-            crate::sys::pipe::pipe_size(fd).map_or(SIGNAL_SLOTS as usize, |b| b / PAGE_SIZE);
-        let slots = u32::try_from(slots)
-            .unwrap_or(MAX_SIGNAL_SLOTS)
-            .clamp(1, MAX_SIGNAL_SLOTS);
         let packets = crate::sys::pipe::fionread(fd).unwrap_or(0);
         (u32::try_from(packets).unwrap_or(slots).min(slots), slots)
     }
