@@ -271,13 +271,14 @@ fn clearing_o_direct_on_the_shared_write_end_loses_no_writable_edge() {
     (&w).write_all(b"a").unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let _ = r.read(&mut buf).unwrap(); // the ring is empty again
-                                       // SAFETY: plain epoll syscalls.
+                                       // SAFETY: plain epoll syscalls on descriptors this test owns; `ev` lives across the call.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     let mut ev = libc::epoll_event {
         events: (libc::EPOLLOUT | libc::EPOLLET) as u32,
         u64: 0,
     };
     assert_eq!(
+        // SAFETY: as above.
         unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, wfd.as_raw_fd(), &mut ev) },
         0
     );
@@ -427,19 +428,6 @@ fn a_grown_full_pipe_polls_pollout_over_the_pipe_page_soft_limit() {
             return 7; // full ring, POLLOUT: another bug
         }
         let cap = w.capacity();
-        if std::env::var_os("REVIEW_DEBUG").is_some() {
-            let mut fds = [0; 2];
-            // SAFETY: as above.
-            unsafe { libc::pipe2(fds.as_mut_ptr(), 0) };
-            let grow = unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 8 * 4096) };
-            eprintln!(
-                "signal slots {} new pipe slots {} grow {} {}",
-                kernel_slots(wfd),
-                unsafe { libc::fcntl(fds[1], libc::F_GETPIPE_SZ) } / 4096,
-                grow,
-                std::io::Error::last_os_error()
-            );
-        }
         w.set_capacity(cap * 2).unwrap();
         let mask = revents(wfd, libc::POLLOUT, 0);
         children::kill_and_reap(holder, Duration::from_secs(5));
