@@ -300,7 +300,7 @@ impl AsyncRead for AsyncReader {
         let this = &*self;
         let reader = &this.inner.get_ref().end;
         loop {
-            match reader.try_read(buf.initialize_unfilled()) {
+            match reader.try_read_polled(buf.initialize_unfilled()) {
                 Ok(n) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));

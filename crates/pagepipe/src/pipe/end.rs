@@ -559,10 +559,21 @@ impl End {
 
     #[cfg(not(loom))]
     fn ask_kernel(&self) -> bool {
+        let other = self.side.other();
+        if self.shared.confined() {
+            // The pipe never left this process, so this process's ends are the other side's
+            // only holders: no system call (an empty `try_read` that spins must not make
+            // one). A fork noted meanwhile (before it happens, so our second look sees it)
+            // may have given that side a holder elsewhere: then the kernel decides.
+            let gone = self.shared.local_gone(other);
+            if !gone || self.shared.confined() {
+                return gone;
+            }
+        }
         let Some(fd) = self.signal() else {
             // No signal pipe: the pipe never left this process, so the other side's only
             // possible holder is this process's end of it.
-            return self.shared.local_gone(self.side.other());
+            return self.shared.local_gone(other);
         };
         // A reader asks the signal pipe's read end (POLLHUP: no writer holds the write end);
         // a writer its write end (POLLERR: no reader holds the read end).

@@ -234,14 +234,22 @@ impl Reader {
     /// [`io::ErrorKind::WouldBlock`] when nothing is queued while writers exist, or the read
     /// side is held; `InvalidData` if the shared region is corrupt. `Ok(0)` is end of file.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, true)
+        self.read_impl(buf, How::Now)
     }
 
-    fn read_impl(&self, buf: &mut [u8], try_only: bool) -> io::Result<usize> {
+    /// [`Reader::try_read`] for a caller whose reactor watches this end's descriptor: an empty
+    /// ring is `WouldBlock` without asking the kernel whether a writer is left (one system
+    /// call less per empty try), as the reactor reports a killed writer's `POLLHUP` itself.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_read_polled(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_impl(buf, How::Polled)
+    }
+
+    fn read_impl(&self, buf: &mut [u8], how: How) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0); // a null read succeeds (as in Linux)
         }
-        let nonblocking = try_only || self.is_nonblocking();
+        let nonblocking = how != How::ByMode || self.is_nonblocking();
         let sh = self.shared();
         let deadline = sh.deadline(Side::Read);
         let max = buf.len();
@@ -276,8 +284,8 @@ impl Reader {
             // Seeing no writer means seeing every slot they published (see `End::peer_gone`):
             // look once more before reporting end of file. Before answering WouldBlock, ask the
             // kernel: a killed writer bumps no counter, and an event loop woken by POLLHUP must
-            // see end of file, not WouldBlock.
-            if self.end.peer_gone(nonblocking) {
+            // see end of file, not WouldBlock (unless that loop is ours and saw it itself).
+            if self.end.peer_gone(nonblocking && how != How::Polled) {
                 let n = consume(sh, &mut rs, max, By::Read, copy);
                 self.end.sync();
                 return n;
@@ -289,6 +297,18 @@ impl Reader {
             self.end.wait_readable(deadline)?;
         }
     }
+}
+
+/// How a read waits, and what an empty ring makes it ask.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// As the end's mode says (`read`).
+    ByMode,
+    /// Never waits; an empty ring asks the kernel whether a writer is left (`try_read`).
+    Now,
+    /// Never waits, and asks the kernel nothing: the caller's reactor watches the descriptor.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    Polled,
 }
 
 impl Reader {
@@ -700,13 +720,13 @@ impl ReadChunk<'_> {
 
 impl io::Read for Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, false)
+        self.read_impl(buf, How::ByMode)
     }
 }
 
 impl io::Read for &Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, false)
+        self.read_impl(buf, How::ByMode)
     }
 }
 
