@@ -213,7 +213,11 @@ def main():
     med = {name: statistics.median(v) for name, v in rates.items()}
     print("median MB/s: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
     for name in names[1:]:
-        print(f"pagepipe / {name}: {med['pagepipe'] / med[name]:.2f}x")
+        # Rounds pair the transports (each round runs all of them back to back): the range
+        # of the per-round ratios says how far one round's ratio strays from the medians'.
+        per = sorted(p / o for p, o in zip(rates["pagepipe"], rates[name]))
+        print(f"pagepipe / {name}: {med['pagepipe'] / med[name]:.2f}x "
+              f"(per round {per[0]:.2f}-{per[-1]:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 //!
 //! Files: `error` (Rust errors to Python's), `buffer` (the buffer protocol, borrowed without a
 //! copy), `held` (one Python object's hold on an end, and closing it), then the classes:
-//! `writer`, `reader`. Pickling for `multiprocessing` is in `python/pagepipe/__init__.py`,
+//! `writer`, `reader`; `wait` makes their blocking calls interruptible (Ctrl-C). Pickling for `multiprocessing` is in `python/pagepipe/__init__.py`,
 //! over the classes' `_export_fds` and `_from_fds`.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -15,6 +15,7 @@ mod buffer;
 mod error;
 mod held;
 mod reader;
+mod wait;
 mod writer;
 
 use pyo3::prelude::*;

@@ -3,12 +3,14 @@
 use crate::buffer::Buffer;
 use crate::error::to_py;
 use crate::held::{from_fds, Held};
+use crate::wait::interruptible;
 use pagepipe::Reader;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::RawFd;
+use std::time::Instant;
 
 /// The read end of a pagepipe. `read(n)` returns what is queued, up to `n` bytes, waiting
 /// only while the pipe is empty; `b""` at end of file (no writer left in any process).
@@ -24,34 +26,31 @@ impl PyReader {
     }
 }
 
-/// One read, retried on `Interrupted`.
-fn read_once(r: &Reader, buf: &mut [u8]) -> io::Result<usize> {
-    let mut r = r;
-    loop {
-        match r.read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            other => return other,
-        }
-    }
+/// One read, waiting for data at most until `limit` (see `wait::interruptible`).
+fn read_once(r: &Reader, buf: &mut [u8], limit: Instant) -> io::Result<usize> {
+    r.read_deadline(buf, limit)
 }
 
 /// Everything until end of file (a non-blocking end: until the pipe is empty; an error with
-/// nothing read is raised).
-fn read_all(r: &Reader) -> io::Result<Vec<u8>> {
+/// nothing read is raised). Interruptible between reads; what was read is then dropped, as
+/// `FileIO.readall` drops it.
+fn read_all(py: Python<'_>, r: &Reader) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    let timeout = r.read_timeout().map_err(to_py)?;
     loop {
-        match read_once(r, &mut chunk) {
+        match interruptible(py, timeout, |limit| read_once(r, &mut chunk, limit))? {
             Ok(0) => return Ok(out),
             Ok(n) => out.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !out.is_empty() => return Ok(out),
-            Err(e) => return Err(e),
+            Err(e) => return Err(to_py(e)),
         }
     }
 }
 
 /// The raw pointer of a new `bytes` object, to fill without the GIL (nothing else sees the
 /// object until we return it).
+#[derive(Clone, Copy)]
 struct Fill(*mut u8);
 // SAFETY: the object is referenced by this call alone until it returns it; the pointer is
 // used only in the closure that runs while this thread waits for it.
@@ -65,7 +64,7 @@ impl PyReader {
     fn read<'py>(&self, py: Python<'py>, n: isize) -> PyResult<Bound<'py, PyBytes>> {
         let end = self.held.end()?;
         if n < 0 {
-            let all = py.detach(move || read_all(&end)).map_err(to_py)?;
+            let all = read_all(py, &end)?;
             return Ok(PyBytes::new(py, &all));
         }
         if n == 0 {
@@ -79,18 +78,21 @@ impl PyReader {
         // SAFETY: `obj` is a new bytes object of n bytes; its buffer is ours to fill.
         let fill = Fill(unsafe { ffi::PyBytes_AsString(obj) }.cast());
         let len = n as usize;
-        let got = py.detach(move || {
-            let f = fill;
-            // SAFETY: the new object's n bytes, referenced by nobody else (see `Fill`).
-            let buf = unsafe { std::slice::from_raw_parts_mut(f.0, len) };
-            read_once(&end, buf)
+        let got = end.read_timeout().map_err(to_py).and_then(|timeout| {
+            interruptible(py, timeout, move |limit| {
+                let f = fill;
+                // SAFETY: the new object's n bytes, referenced by nobody else (see `Fill`).
+                let buf = unsafe { std::slice::from_raw_parts_mut(f.0, len) };
+                read_once(&end, buf, limit)
+            })?
+            .map_err(to_py)
         });
         let got = match got {
             Ok(g) => g,
             Err(e) => {
                 // SAFETY: we own the only reference.
                 unsafe { ffi::Py_DecRef(obj) };
-                return Err(to_py(e));
+                return Err(e);
             }
         };
         if got < len {
@@ -111,13 +113,14 @@ impl PyReader {
         let end = self.held.end()?;
         let view = Buffer::get(buf, true)?;
         let raw = view.raw();
-        let result = py.detach(move || {
+        let timeout = end.read_timeout().map_err(to_py)?;
+        let result = interruptible(py, timeout, move |limit| {
             // SAFETY: `view` is held, writable, until after this returns.
             let bytes = unsafe { raw.bytes_mut() };
-            read_once(&end, bytes)
+            read_once(&end, bytes, limit)
         });
         drop(view);
-        result.map_err(to_py)
+        result?.map_err(to_py)
     }
 
     /// Closes this object's hold on the read end (writers get `BrokenPipeError` once no

@@ -3,9 +3,9 @@
 use crate::buffer::Buffer;
 use crate::error::to_py;
 use crate::held::{from_fds, Held};
+use crate::wait::interruptible;
 use pagepipe::Writer;
 use pyo3::prelude::*;
-use std::io::{self, Write};
 use std::os::fd::RawFd;
 
 /// The write end of a pagepipe. `write(b)` blocks until all of `b` is in the pipe (a
@@ -23,22 +23,22 @@ impl PyWriter {
 }
 
 /// One `write`: all of `bytes` on a blocking end (the count so far if an error cuts it
-/// short, as `write(2)` returns), what fits on a non-blocking one.
-fn write(w: &Writer, bytes: &[u8]) -> io::Result<usize> {
-    let mut w = w;
-    if w.is_nonblocking() {
-        return w.write(bytes);
-    }
+/// short, as `write(2)` returns), what fits on a non-blocking one. Waits in slices that
+/// Ctrl-C can end (see `wait::interruptible`): an exception a signal handler raises is
+/// raised whatever was written before it, as `socket.sendall` does.
+fn write(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<usize> {
+    let timeout = w.write_timeout().map_err(to_py)?;
     let mut done = 0;
-    while done < bytes.len() {
-        match w.write(&bytes[done..]) {
+    loop {
+        match interruptible(py, timeout, |limit| w.write_deadline(&bytes[done..], limit))? {
             Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) if done > 0 => break,
-            Err(e) => return Err(e),
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(to_py(e)),
+        }
+        if done == bytes.len() || w.is_nonblocking() {
+            return Ok(done);
         }
     }
-    Ok(done)
 }
 
 #[pymethods]
@@ -49,13 +49,11 @@ impl PyWriter {
         let end = self.held.end()?;
         let buf = Buffer::get(b, false)?;
         let raw = buf.raw();
-        let result = py.detach(move || {
-            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
-            let bytes = unsafe { raw.bytes() };
-            write(&end, bytes)
-        });
+        // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+        let bytes = unsafe { raw.bytes() };
+        let result = write(py, &end, bytes);
         drop(buf);
-        result.map_err(to_py)
+        result
     }
 
     /// Closes this object's hold on the write end (readers see end of file once no process

@@ -6,6 +6,7 @@ import os
 import pickle
 import select
 import selectors
+import signal
 import threading
 import time
 
@@ -151,6 +152,54 @@ def test_the_gil_is_released_while_waiting():
     w.write(b"wake!")
     t.join(5)
     assert got == [b"wake!"] and spins > 1000
+
+
+def _sigint_after(seconds):
+    """Sends this process SIGINT from another thread after `seconds` (Python runs the
+    handler, KeyboardInterrupt by default, in the main thread)."""
+    t = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("call", ["read", "read_all", "readinto", "write"])
+def test_ctrl_c_interrupts_a_blocked_call(call):
+    # As a blocked os.read/os.write on a pipe: Ctrl-C raises KeyboardInterrupt at once.
+    w, r = pagepipe.pipe(4096)
+    if call == "write":
+        w.write(b"x" * 4096)  # full: the next write waits for room
+    ops = {
+        "read": lambda: r.read(10),
+        "read_all": lambda: r.read(),
+        "readinto": lambda: r.readinto(bytearray(10)),
+        "write": lambda: w.write(b"y" * 100),
+    }
+    _sigint_after(0.2)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ops[call]()
+    waited = time.monotonic() - start
+    assert 0.15 < waited < 2, waited
+    # The end still works afterwards.
+    if call == "write":
+        assert r.read(4096) == b"x" * 4096
+    else:
+        w.write(b"after")
+        assert r.read(10) == b"after"
+
+
+def test_a_signal_handler_that_returns_lets_the_call_go_on():
+    # PEP 475: a handler that does not raise, and the call keeps waiting for its data.
+    w, r = pagepipe.pipe()
+    seen = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: seen.append(1))
+    try:
+        threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGUSR1)).start()
+        threading.Timer(0.4, lambda: w.write(b"late")).start()
+        assert r.read(10) == b"late"
+        assert seen == [1]
+    finally:
+        signal.signal(signal.SIGUSR1, old)
 
 
 def test_os_fork_inherits_the_ends():

@@ -79,6 +79,14 @@ impl Wakers {
         }
     }
 }
+/// The earlier of two optional deadlines (`None`: no bound).
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Blocks until `ready(force)`: spins briefly, then registers as a sleeper in the other side's
 /// index `word` (head for readers, tail for writers), rechecks and sleeps on `futex`, a tick at a
 /// time; after a tick that nobody ended, rechecks with `force` (peers may have died).

@@ -452,3 +452,41 @@ fn write_vectored_is_one_atomic_write() {
     assert_eq!((&r).read(&mut buf).unwrap(), 8);
     assert_eq!(&buf, b"abcd\x07\x07\x07\x07"); // "ab" + the merged remainder "cd", then the page
 }
+
+#[test]
+fn a_call_deadline_bounds_one_wait_and_the_ends_timeout_still_holds() {
+    use std::time::Instant;
+    let (w, r) = pipe().unwrap();
+    let mut buf = [0u8; 8];
+    // Data that comes before the deadline is read.
+    let t = thread::spawn(move || {
+        thread::sleep(SETTLE);
+        (&w).write_all(b"soon").unwrap();
+        w
+    });
+    let far = Instant::now() + Duration::from_secs(10);
+    assert_eq!(r.read_deadline(&mut buf, far).unwrap(), 4);
+    let w = t.join().unwrap();
+    // The end's own timeout comes first: it bounds the call, and the deadline is not shared.
+    r.set_read_timeout(Some(SETTLE)).unwrap();
+    let start = Instant::now();
+    let err = r.read_deadline(&mut buf, far).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimedOut);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    r.set_read_timeout(None).unwrap();
+    // A full pipe: the writer's deadline ends its wait; a passed deadline still places what
+    // fits.
+    let cap = w.capacity();
+    let past = Instant::now();
+    assert_eq!(w.write_deadline(&vec![1u8; cap + 10], past).unwrap(), cap);
+    let err = w.write_deadline(b"x", Instant::now() + SETTLE).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TimedOut);
+    // Non-blocking mode wins over a deadline: no wait at all.
+    w.set_nonblocking(true).unwrap();
+    let err = w.write_deadline(b"x", far).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    drop(w);
+    let mut all = Vec::new();
+    (&r).read_to_end(&mut all).unwrap();
+    assert_eq!(all.len(), cap);
+}

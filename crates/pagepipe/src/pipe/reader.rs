@@ -5,8 +5,9 @@ use crate::pipe::end::End;
 use crate::pipe::shared::{ReadGuard, Ring, Shared, PUBLISH_BATCH};
 use crate::region::{Side, Slot, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::sync::{Arc, Ordering};
+use crate::wait::earliest;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The reading end of a pipe.
 ///
@@ -234,7 +235,31 @@ impl Reader {
     /// [`io::ErrorKind::WouldBlock`] when nothing is queued while writers exist, or the read
     /// side is held; `InvalidData` if the shared region is corrupt. `Ok(0)` is end of file.
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, How::Now)
+        self.read_impl(buf, How::Now, None)
+    }
+
+    /// Reads as `read` does, but waits at most until `deadline` (and no longer than the read
+    /// timeout, if one is set): a bound for this one call, where
+    /// [`Reader::set_read_timeout`] sets one for every holder. A caller that must stay
+    /// responsive while it waits (to a signal, a cancellation flag) reads in slices this way.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (w, r) = pagepipe::pipe()?;
+    /// let mut buf = [0u8; 8];
+    /// let soon = Instant::now() + Duration::from_millis(10);
+    /// let err = r.read_deadline(&mut buf, soon).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// std::io::Write::write_all(&mut &w, b"hi")?;
+    /// assert_eq!(r.read_deadline(&mut buf, Instant::now() + Duration::from_secs(1))?, 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As `read`'s, and [`io::ErrorKind::TimedOut`] when the deadline passes with nothing
+    /// read (at once if it has passed and the pipe is empty; queued bytes are still read).
+    pub fn read_deadline(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+        self.read_impl(buf, How::ByMode, Some(deadline))
     }
 
     /// [`Reader::try_read`] for a caller whose reactor watches this end's descriptor: an empty
@@ -242,16 +267,18 @@ impl Reader {
     /// call less per empty try), as the reactor reports a killed writer's `POLLHUP` itself.
     #[cfg(feature = "tokio")]
     pub(crate) fn try_read_polled(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, How::Polled)
+        self.read_impl(buf, How::Polled, None)
     }
 
-    fn read_impl(&self, buf: &mut [u8], how: How) -> io::Result<usize> {
+    /// Every byte-stream read: `how` it waits, and until when at most besides the end's
+    /// timeout.
+    fn read_impl(&self, buf: &mut [u8], how: How, limit: Option<Instant>) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0); // a null read succeeds (as in Linux)
         }
         let nonblocking = how != How::ByMode || self.is_nonblocking();
         let sh = self.shared();
-        let deadline = sh.deadline(Side::Read);
+        let deadline = earliest(sh.deadline(Side::Read), limit);
         let max = buf.len();
         let dst = buf.as_mut_ptr();
         let copy = |off: usize, src: *const u8, len: usize| {
@@ -720,13 +747,13 @@ impl ReadChunk<'_> {
 
 impl io::Read for Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, How::ByMode)
+        self.read_impl(buf, How::ByMode, None)
     }
 }
 
 impl io::Read for &Reader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_impl(buf, How::ByMode)
+        self.read_impl(buf, How::ByMode, None)
     }
 }
 

@@ -7,8 +7,9 @@ use crate::pipe::shared::{add_bytes, publish, Ring, Shared, WriteGuard, PUBLISH_
 use crate::region::{Side, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring;
 use crate::sync::{Arc, Ordering};
+use crate::wait::earliest;
 use std::io::{self, IoSlice};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Writes of at most this many bytes are atomic: they are never interleaved with other writes.
 pub const PIPE_BUF: usize = 4096;
@@ -286,7 +287,7 @@ impl Writer {
             return r;
         }
         let one = [IoSlice::new(buf)];
-        self.write_impl(&mut Source::new(&one), true)
+        self.write_impl(&mut Source::new(&one), true, None)
     }
 
     /// [`Writer::try_write`] of several buffers as one write (atomic up to
@@ -305,7 +306,31 @@ impl Writer {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_impl(&mut Source::new(bufs), true)
+        self.write_impl(&mut Source::new(bufs), true, None)
+    }
+
+    /// Writes as `write` does, but waits at most until `deadline` (and no longer than the
+    /// write timeout, if one is set): a bound for this one call, where
+    /// [`Writer::set_write_timeout`] sets one for every holder. A caller that must stay
+    /// responsive while it waits (to a signal, a cancellation flag) writes in slices this way.
+    /// What was placed before the deadline is reported as a count, as with a timeout.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (w, _r) = pagepipe::Builder::new().capacity(4096).build()?;
+    /// let soon = Instant::now() + Duration::from_millis(10);
+    /// assert_eq!(w.write_deadline(&[1u8; 6000], soon)?, 4096); // what fits, then the deadline
+    /// let err = w.write_deadline(b"x", soon).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As `write`'s, and [`io::ErrorKind::TimedOut`] when the deadline passes with nothing
+    /// written.
+    pub fn write_deadline(&self, buf: &[u8], deadline: Instant) -> io::Result<usize> {
+        let one = [IoSlice::new(buf)];
+        self.write_impl(&mut Source::new(&one), false, Some(deadline))
     }
 
     /// The common small write: one buffer, shorter than a slot, to a byte-stream pipe whose
@@ -343,7 +368,14 @@ impl Writer {
         Some(placed)
     }
 
-    fn write_impl(&self, src: &mut Source<'_>, try_only: bool) -> io::Result<usize> {
+    /// Every byte-stream write but the small fast one: never waiting (`try_only`), or as the
+    /// end's mode says, until `limit` at most besides the end's timeout.
+    fn write_impl(
+        &self,
+        src: &mut Source<'_>,
+        try_only: bool,
+        limit: Option<Instant>,
+    ) -> io::Result<usize> {
         let nonblocking = try_only || self.is_nonblocking();
         let total = src.len();
         if total == 0 {
@@ -353,7 +385,7 @@ impl Writer {
             return Err(broken_pipe());
         }
         let sh = self.shared();
-        let deadline = sh.deadline(Side::Write);
+        let deadline = earliest(sh.deadline(Side::Write), limit);
         let prefilled = sh.prefill(total);
         // The slots merge and fill will touch travel while we take the lock.
         sh.prefetch(Side::Write);
@@ -808,7 +840,7 @@ impl Writer {
             return r;
         }
         let one = [IoSlice::new(buf)];
-        self.write_impl(&mut Source::new(&one), false)
+        self.write_impl(&mut Source::new(&one), false, None)
     }
 }
 
@@ -819,7 +851,7 @@ impl io::Write for Writer {
         self.write_one(buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_impl(&mut Source::new(bufs), false)
+        self.write_impl(&mut Source::new(bufs), false, None)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -831,7 +863,7 @@ impl io::Write for &Writer {
         self.write_one(buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_impl(&mut Source::new(bufs), false)
+        self.write_impl(&mut Source::new(bufs), false, None)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
