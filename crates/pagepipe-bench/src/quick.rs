@@ -89,7 +89,12 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
         let mut lat = lat_case(&ts, &between.title("lat 1 B"));
         lat.columns.truncate(1);
         harness.run(lat, |i| {
-            lat_once(ts[i], Duration::from_secs_f64(LAT_S), between)
+            lat_once(
+                ts[i],
+                &PipeConfig::default(),
+                Duration::from_secs_f64(LAT_S),
+                between,
+            )
         })?;
     }
     let idle_process_wait = Duration::from_secs_f64(a.idle_wait);
@@ -142,7 +147,7 @@ mod tests {
             let bw = bw.unwrap();
             assert!(bw.get("mbps").unwrap() > 0.0, "{t:?}");
             assert!(bw.get("core_rtt_ns").unwrap() > 0.0, "{t:?}");
-            let lat = lat_once(t, short, Between::Threads).unwrap();
+            let lat = lat_once(t, &PipeConfig::default(), short, Between::Threads).unwrap();
             assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
         }
         let e = bw_once(
@@ -165,7 +170,7 @@ mod tests {
                 Between::Processes,
             );
             assert!(bw.unwrap().get("mbps").unwrap() > 0.0, "{t:?}");
-            let lat = lat_once(t, short, Between::Processes).unwrap();
+            let lat = lat_once(t, &PipeConfig::default(), short, Between::Processes).unwrap();
             assert!(lat.record.get("round_trips").unwrap() > 0.0, "{t:?}");
             let idle = idle_once(t, short, Between::Processes).unwrap();
             assert_eq!(idle.config["between"], "processes");

@@ -22,15 +22,23 @@ pub struct Args {
     /// a forked child.
     #[arg(long, value_delimiter = ',', default_value = "threads")]
     pub between: Vec<Between>,
+    /// pagepipe slot size (seed 001: larger slots = "fatpipe"; lmbench's lat_pipe is the
+    /// seed's second benchmark).
+    #[arg(long, default_value_t = 4096)]
+    pub slot_size: usize,
 }
 
 /// One lat run: 1-byte ping-pong between this thread and an echo thread or child process over
-/// two channels.
-pub fn lat_once(t: Transport, duration: Duration, between: Between) -> io::Result<Run> {
+/// two channels made with `cfg`.
+pub fn lat_once(
+    t: Transport,
+    cfg: &PipeConfig,
+    duration: Duration,
+    between: Between,
+) -> io::Result<Run> {
     check_between(t, between)?;
-    let cfg = PipeConfig::default();
-    let (mut w1, mut r1) = transport::open(t, &cfg, 1, 1)?;
-    let (mut w2, mut r2) = transport::open(t, &cfg, 1, 1)?;
+    let (mut w1, mut r1) = transport::open(t, cfg, 1, 1)?;
+    let (mut w2, mut r2) = transport::open(t, cfg, 1, 1)?;
     let (mut echo_in, mut echo_out) = (r1.pop().expect("one"), w2.pop().expect("one"));
     let echo = move || -> io::Result<()> {
         let mut b = [0u8; 1];
@@ -70,6 +78,9 @@ pub fn lat_once(t: Transport, duration: Duration, between: Between) -> io::Resul
     drop(ping); // end of file for the echo side
     echo.join(duration + CHILD_GRACE)?;
     let mut rec = Record::new("lat", t.name()).config("between", between.name());
+    if t.is_pagepipe() {
+        rec = rec.config("slot_size", cfg.slot_size);
+    }
     hist.put_metrics(&mut rec);
     rec.metric("round_trips", hist.count() as f64);
     Ok(Run {
@@ -130,11 +141,15 @@ pub fn lat_case(transports: &[Transport], title: &str) -> Case {
 /// A transport cannot be opened or fails mid-run.
 pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     let d = Duration::from_secs_f64(a.duration);
+    let cfg = PipeConfig {
+        slot_size: a.slot_size,
+        ..PipeConfig::default()
+    };
     let mut harness = Harness::new(opts, "lat", RECOMMENDED_RUNS)?;
     for &between in &a.between {
         let ts = transport::usable(&a.transport, between);
         harness.run(lat_case(&ts, &between.title("lat 1 B")), |i| {
-            lat_once(ts[i], d, between)
+            lat_once(ts[i], &cfg, d, between)
         })?;
     }
     harness.finish(&format!("lat: 1-byte round trip, {} s per run", a.duration))
