@@ -131,10 +131,17 @@ impl Temp {
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot create '{}': {e}", path.display()),
-                    ))
+                    // Named as the user wrote it: the temporary's name is ours, and what fails
+                    // (a missing or read-only directory) is the destination's.
+                    let why = match e.kind() {
+                        io::ErrorKind::NotFound => format!(
+                            "cannot create '{}': directory '{}' does not exist",
+                            dst.display(),
+                            dir.display()
+                        ),
+                        _ => format!("cannot create '{}': {e}", dst.display()),
+                    };
+                    return Err(io::Error::new(e.kind(), why));
                 }
             }
         }

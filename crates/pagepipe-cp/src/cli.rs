@@ -6,7 +6,13 @@ use std::path::PathBuf;
 
 /// Copy files without filling the page cache (pagepipe-dontcache).
 #[derive(Parser, Debug)]
-#[command(name = "pagepipe-cp", version, about, long_about = None)]
+#[command(
+    name = "pagepipe-cp",
+    version,
+    about,
+    long_about = None,
+    override_usage = "pagepipe-cp [OPTIONS] SRC... DST"
+)]
 pub(crate) struct Args {
     /// Copy directories recursively (symlinks inside are copied as symlinks).
     #[arg(short = 'r', short_alias = 'R', long = "recursive")]
@@ -29,7 +35,7 @@ pub(crate) struct Args {
     #[arg(short, long)]
     pub(crate) quiet: bool,
     /// Sources (`-` is standard input), then the destination.
-    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
     pub(crate) paths: Vec<PathBuf>,
 }
 

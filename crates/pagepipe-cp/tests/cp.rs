@@ -207,7 +207,29 @@ fn files_follow_cp_conventions() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
     assert!(!t.join("x").exists());
+    // A destination in a missing directory is named as given, with the directory that is
+    // missing (not by the temporary's name).
+    let out = cp(&[&t.join("a"), &t.join("no-dir/x")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot create '{}'", t.join("no-dir/x").display()))
+            && err.contains("does not exist")
+            && !err.contains(".pagepipe-cp-"),
+        "{err}"
+    );
     assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn help_shows_the_usage_as_cp_does() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("Usage: pagepipe-cp [OPTIONS] SRC... DST\n"),
+        "{help}"
+    );
 }
 
 #[test]
