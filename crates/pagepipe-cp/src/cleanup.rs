@@ -80,10 +80,10 @@ impl Temp {
     /// named `.NAME.pagepipe-cp-PID-N`, and makes it the one the signal handler removes.
     ///
     /// # Errors
-    /// The OS's error from `open(2)`, with the temporary's path in the message.
+    /// The OS's error from `open(2)`, its message naming `dst` (and a missing directory).
     pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
         let mut file = None;
-        let temp = Temp::make(dst, |path| {
+        let temp = Temp::make(dst, false, |path| {
             file = Some(
                 OpenOptions::new()
                     .write(true)
@@ -101,14 +101,18 @@ impl Temp {
     /// [`Temp::create`]), registered for removal like a temporary file.
     ///
     /// # Errors
-    /// The OS's error from `symlink(2)`, with the temporary's path in the message.
+    /// The OS's error from `symlink(2)`, its message naming `dst` (and a missing directory).
     pub fn symlink(dst: &Path, target: &Path) -> io::Result<Temp> {
-        Temp::make(dst, |path| std::os::unix::fs::symlink(target, path))
+        Temp::make(dst, true, |path| std::os::unix::fs::symlink(target, path))
     }
 
     /// Makes a fresh temporary beside `dst` with `create` (which must fail with
     /// `AlreadyExists` when the name is taken), registers it, and returns it.
-    fn make(dst: &Path, mut create: impl FnMut(&Path) -> io::Result<()>) -> io::Result<Temp> {
+    fn make(
+        dst: &Path,
+        kind_is_link: bool,
+        mut create: impl FnMut(&Path) -> io::Result<()>,
+    ) -> io::Result<Temp> {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = match dst.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -133,13 +137,14 @@ impl Temp {
                 Err(e) => {
                     // Named as the user wrote it: the temporary's name is ours, and what fails
                     // (a missing or read-only directory) is the destination's.
+                    let what = if kind_is_link { "symlink " } else { "" };
                     let why = match e.kind() {
                         io::ErrorKind::NotFound => format!(
-                            "cannot create '{}': directory '{}' does not exist",
+                            "cannot create {what}'{}': directory '{}' does not exist",
                             dst.display(),
                             dir.display()
                         ),
-                        _ => format!("cannot create '{}': {e}", dst.display()),
+                        _ => format!("cannot create {what}'{}': {e}", dst.display()),
                     };
                     return Err(io::Error::new(e.kind(), why));
                 }

@@ -512,10 +512,7 @@ impl Copier<'_> {
             )));
         }
         // A registered temporary, so that a signal between the two steps removes it too.
-        let temp = Temp::symlink(dst, &target).map_err(ctx(format_args!(
-            "cannot create symlink '{}'",
-            dst.display()
-        )))?;
+        let temp = Temp::symlink(dst, &target)?; // its error names dst
         temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
         Ok(())

@@ -32,8 +32,8 @@ fn read_once(r: &Reader, buf: &mut [u8], limit: Instant) -> io::Result<usize> {
 }
 
 /// Everything until end of file (a non-blocking end: until the pipe is empty; an error with
-/// nothing read is raised). Interruptible between reads; what was read is then dropped, as
-/// `FileIO.readall` drops it.
+/// nothing read is raised). Interruptible while it waits and between reads; what was read is
+/// then dropped, as `FileIO.readall` drops it.
 fn read_all(py: Python<'_>, r: &Reader) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
@@ -41,7 +41,11 @@ fn read_all(py: Python<'_>, r: &Reader) -> PyResult<Vec<u8>> {
     loop {
         match interruptible(py, timeout, |limit| read_once(r, &mut chunk, limit))? {
             Ok(0) => return Ok(out),
-            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Ok(n) => {
+                out.extend_from_slice(&chunk[..n]);
+                // A writer that keeps sending must not keep Ctrl-C waiting for its end.
+                py.check_signals()?;
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !out.is_empty() => return Ok(out),
             Err(e) => return Err(to_py(e)),
         }

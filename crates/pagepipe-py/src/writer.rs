@@ -38,6 +38,9 @@ fn write(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<usize> {
         if done == bytes.len() || w.is_nonblocking() {
             return Ok(done);
         }
+        // Progress, but not all of it: a slow reader must not keep Ctrl-C waiting for the
+        // rest (a slice that placed something returns its count, not a timeout).
+        py.check_signals()?;
     }
 }
 

@@ -154,6 +154,16 @@ def test_the_gil_is_released_while_waiting():
     assert got == [b"wake!"] and spins > 1000
 
 
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test: a shell that starts a
+    job in the background without job control (as a CI script may) has it ignore SIGINT,
+    and Python then installs no handler."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _sigint_after(seconds):
     """Sends this process SIGINT from another thread after `seconds` (Python runs the
     handler, KeyboardInterrupt by default, in the main thread)."""
@@ -163,7 +173,7 @@ def _sigint_after(seconds):
 
 
 @pytest.mark.parametrize("call", ["read", "read_all", "readinto", "write"])
-def test_ctrl_c_interrupts_a_blocked_call(call):
+def test_ctrl_c_interrupts_a_blocked_call(call, sigint_raises):
     # As a blocked os.read/os.write on a pipe: Ctrl-C raises KeyboardInterrupt at once.
     w, r = pagepipe.pipe(4096)
     if call == "write":
@@ -186,6 +196,38 @@ def test_ctrl_c_interrupts_a_blocked_call(call):
     else:
         w.write(b"after")
         assert r.read(10) == b"after"
+
+
+@pytest.mark.parametrize("call", ["read_all", "write"])
+def test_ctrl_c_interrupts_a_call_that_keeps_making_progress(call, sigint_raises):
+    # A slow but steady peer: every wait ends with some progress, never a timeout; Ctrl-C
+    # must still end the call (as socket.sendall checks signals after each partial send).
+    w, r = pagepipe.pipe(4096)
+    stop = threading.Event()
+
+    def trickle_in():
+        while not stop.wait(0.01):
+            w.write(b"x")
+
+    def drain():
+        buf = bytearray(1024)
+        while not stop.wait(0.01):
+            r.readinto(buf)
+
+    t = threading.Thread(target=trickle_in if call == "read_all" else drain, daemon=True)
+    t.start()
+    _sigint_after(0.3)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if call == "read_all":
+                r.read()
+            else:
+                w.write(b"y" * (64 << 20))  # about an hour at 1 KiB per 10 ms
+        assert time.monotonic() - start < 3
+    finally:
+        stop.set()
+        t.join(5)
 
 
 def test_a_signal_handler_that_returns_lets_the_call_go_on():

@@ -563,8 +563,11 @@ impl End {
         if self.shared.confined() {
             // The pipe never left this process, so this process's ends are the other side's
             // only holders: no system call (an empty `try_read` that spins must not make
-            // one). A fork noted meanwhile (before it happens, so our second look sees it)
-            // may have given that side a holder elsewhere: then the kernel decides.
+            // one). A fork meanwhile may have given that side a holder elsewhere: then the
+            // kernel decides. The fork is counted before it happens; a last handle dropped
+            // after it is seen with that count through the handle's Release decrement and
+            // `local_gone`'s Acquire fence when the forking thread dropped it, and through the
+            // kernel's fork (which write-protects this process's memory) otherwise.
             let gone = self.shared.local_gone(other);
             if !gone || self.shared.confined() {
                 return gone;

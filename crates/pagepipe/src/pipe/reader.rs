@@ -257,7 +257,8 @@ impl Reader {
     ///
     /// # Errors
     /// As `read`'s, and [`io::ErrorKind::TimedOut`] when the deadline passes with nothing
-    /// read (at once if it has passed and the pipe is empty; queued bytes are still read).
+    /// read: at once if it has passed and the pipe is empty, even with no writer left (a
+    /// passed deadline is looked at before end of file); queued bytes are still read.
     pub fn read_deadline(&self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
         self.read_impl(buf, How::ByMode, Some(deadline))
     }

@@ -327,7 +327,8 @@ impl Writer {
     ///
     /// # Errors
     /// As `write`'s, and [`io::ErrorKind::TimedOut`] when the deadline passes with nothing
-    /// written.
+    /// written (with a full pipe and a passed deadline, even if no reader is left: the
+    /// deadline is looked at before the kernel is asked).
     pub fn write_deadline(&self, buf: &[u8], deadline: Instant) -> io::Result<usize> {
         let one = [IoSlice::new(buf)];
         self.write_impl(&mut Source::new(&one), false, Some(deadline))
