@@ -6,8 +6,9 @@
 //!
 //! Files: `error` (Rust errors to Python's), `buffer` (the buffer protocol, borrowed without a
 //! copy), `held` (one Python object's hold on an end, and closing it), then the classes:
-//! `writer`, `reader`; `wait` makes their blocking calls interruptible (Ctrl-C). Pickling for `multiprocessing` is in `python/pagepipe/__init__.py`,
-//! over the classes' `_export_fds` and `_from_fds`.
+//! `writer`, `reader`; `wait` makes their blocking calls interruptible (Ctrl-C). Pickling
+//! for `multiprocessing` is in `python/pagepipe/__init__.py`, over the classes' `_export_fds`
+//! and `_from_fds`.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
