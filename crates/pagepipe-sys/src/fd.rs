@@ -93,12 +93,40 @@ fn byte_lock(offset: u64) -> io::Result<libc::flock> {
 /// The OS's error from `open(2)`: `ENOENT` without `/proc`, `EMFILE` with a full descriptor table.
 pub fn reopen(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `path` is a NUL-terminated string alive for the call.
-    let raw = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    let raw = open_again(fd.as_raw_fd())?;
     // SAFETY: `raw` is a fresh descriptor that nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// `/proc/self/fd/<fd>` as a NUL-terminated path, formatted without allocating (async-signal
+/// safe: for fork handlers and forked children). `None` for a negative `fd`.
+pub fn proc_fd_path(fd: RawFd) -> Option<[u8; 26]> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut n = u32::try_from(fd).ok()?;
+    let mut digits = [0u8; 10]; // u32::MAX has 10
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut path = [0u8; 26]; // the prefix, 10 digits at most, a NUL
+    path[..PREFIX.len()].copy_from_slice(PREFIX);
+    for i in 0..len {
+        path[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    Some(path)
+}
+
+/// A new open file description of descriptor `fd`'s file, opened through `/proc/self/fd`:
+/// its raw number. Allocation-free.
+fn open_again(fd: RawFd) -> io::Result<RawFd> {
+    let path = proc_fd_path(fd).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `path` is NUL-terminated (see `proc_fd_path`) and alive for the call.
+    cvt(unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) })
 }
 
 /// Gives descriptor number `fd` an open file description of its own: opens its file again
@@ -110,26 +138,7 @@ pub fn reopen(fd: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
 /// # Errors
 /// The OS's error from `open(2)` or `dup3(2)` (see [`reopen`]); the descriptor is then unchanged.
 pub fn reopen_in_place(fd: RawFd) -> io::Result<()> {
-    let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
-    let prefix = b"/proc/self/fd/".len();
-    let Ok(mut n) = u32::try_from(fd) else {
-        return Err(io::Error::from_raw_os_error(libc::EBADF));
-    };
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        path[prefix + i] = digits[len - 1 - i];
-    }
-    // SAFETY: `path` is NUL-terminated (at least two NULs follow the at most 10 digits).
-    let new = cvt(unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    let new = open_again(fd)?;
     // SAFETY: dup3 on two descriptor numbers we own touches no user memory.
     let rc = cvt(unsafe { libc::dup3(new, fd, libc::O_CLOEXEC) });
     close_raw(new);

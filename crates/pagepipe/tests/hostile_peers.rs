@@ -99,21 +99,9 @@ fn duplicate_memfd() -> bool {
     let mut seen = [(0u64, 0u64); 512];
     let mut n = 0;
     for fd in 0..4096 {
-        let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0";
-        let mut x = fd;
-        let mut digits = [0u8; 6];
-        let mut len = 0;
-        loop {
-            digits[len] = b'0' + (x % 10) as u8;
-            len += 1;
-            x /= 10;
-            if x == 0 {
-                break;
-            }
-        }
-        for i in 0..len {
-            path[14 + i] = digits[len - 1 - i];
-        }
+        let Some(path) = pagepipe_sys::fd::proc_fd_path(fd) else {
+            continue;
+        };
         let mut link = [0u8; 64];
         // SAFETY: NUL-terminated path, writable buffer.
         let l = unsafe { libc::readlink(path.as_ptr().cast(), link.as_mut_ptr().cast(), 64) };

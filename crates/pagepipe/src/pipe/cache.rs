@@ -31,9 +31,15 @@ struct Cached {
 /// The cache, locked (also by the fork handlers, around `fork(2)`): the waiting regions, and
 /// while there are any, the idle trimmer's handle on them (the trimmer sleeps while no owner
 /// is registered: an empty cache is none).
-pub(crate) struct Cache(Vec<Cached>, Option<Arc<Trimmer>>);
+pub(crate) struct Cache {
+    waiting: Vec<Cached>,
+    owner: Option<Arc<Trimmer>>,
+}
 
-static CACHE: Mutex<Cache> = Mutex::new(Cache(Vec::new(), None));
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    waiting: Vec::new(),
+    owner: None,
+});
 
 /// [`CACHE`], locked.
 pub(crate) fn lock() -> MutexGuard<'static, Cache> {
@@ -44,10 +50,13 @@ pub(crate) fn lock() -> MutexGuard<'static, Cache> {
 /// `reach`, made ready, if one waits.
 pub(crate) fn take(config: Config, ring_size: usize, reach: usize) -> Option<Region> {
     let mut cache = lock();
-    let i = cache.0.iter().position(|c| c.region.fits(&config, reach))?;
-    let mut region = cache.0.swap_remove(i).region;
-    if cache.0.is_empty() {
-        cache.1 = None;
+    let i = cache
+        .waiting
+        .iter()
+        .position(|c| c.region.fits(&config, reach))?;
+    let mut region = cache.waiting.swap_remove(i).region;
+    if cache.waiting.is_empty() {
+        cache.owner = None;
     }
     drop(cache);
     region.reuse(config, ring_size);
@@ -62,16 +71,16 @@ pub(crate) fn give(region: Region) {
     }
     region.punch();
     let mut cache = lock();
-    if cache.0.len() >= CACHED {
+    if cache.waiting.len() >= CACHED {
         return; // dropped after unlocking, as `region` goes out of scope last
     }
-    cache.0.push(Cached {
+    cache.waiting.push(Cached {
         region,
         since: Instant::now(),
     });
-    let fresh = cache.1.is_none().then(|| Arc::new(Trimmer));
+    let fresh = cache.owner.is_none().then(|| Arc::new(Trimmer));
     if let Some(t) = &fresh {
-        cache.1 = Some(t.clone());
+        cache.owner = Some(t.clone());
     }
     drop(cache);
     if let Some(t) = fresh {
@@ -83,8 +92,8 @@ pub(crate) fn give(region: Region) {
 /// In a forked child, with the lock the prepare handler took: the cached regions are the
 /// parent's (their descriptors hold the parent's key descriptions); the child closes them.
 pub(crate) fn in_forked_child(mut cache: MutexGuard<'static, Cache>) {
-    cache.0.clear();
-    cache.1 = None;
+    cache.waiting.clear();
+    cache.owner = None;
 }
 
 /// The idle trimmer's owner for the cache ([`crate::reclaim::Trim`]): closes the regions that
@@ -95,14 +104,14 @@ impl crate::reclaim::Trim for Trimmer {
     fn trim(&self, force: bool) -> usize {
         let mut cache = lock();
         let gone: Vec<Cached> = {
-            let (keep, gone) = std::mem::take(&mut cache.0)
+            let (keep, gone) = std::mem::take(&mut cache.waiting)
                 .into_iter()
                 .partition(|c| !force && c.since.elapsed() < crate::reclaim::IDLE_TICK);
-            cache.0 = keep;
+            cache.waiting = keep;
             gone
         };
-        let owner = if cache.0.is_empty() {
-            cache.1.take()
+        let owner = if cache.waiting.is_empty() {
+            cache.owner.take()
         } else {
             None
         };

@@ -574,8 +574,9 @@ impl End {
             }
         }
         let Some(fd) = self.signal() else {
-            // No signal pipe: the pipe never left this process, so the other side's only
-            // possible holder is this process's end of it.
+            // Not confined, yet no signal pipe: a fork whose handler could not make one (a
+            // full descriptor table, see `Watched::before_fork`). The kernel counts no holders
+            // for us then; this process's ends are all that can be seen.
             return self.shared.local_gone(other);
         };
         // A reader asks the signal pipe's read end (POLLHUP: no writer holds the write end);

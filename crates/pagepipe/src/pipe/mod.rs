@@ -30,10 +30,11 @@
 //! - The ring's geometry changes only in `set_capacity`, which holds both sides, in place.
 //!
 //! Files, bottom to top (each uses only those above it):
-//! `cache` (regions of dropped pipes, ready for new ones), `shared` (the mapping, the side guards, publish and consume), `hint` (prefetch hints),
-//! `end` (the signal pipe, liveness, readiness, blocking), `create` (a new pipe's region and
-//! ends), `capacity` (resizing), then the handles: `writer`, `reader`, `notify/` (notification
-//! pipes), `splice`, `ready` (`AsFd`), `pass` (ends across processes).
+//! `cache` (regions of dropped pipes, ready for new ones), `shared` (the mapping, the side
+//! guards, publish and consume), `hint` (prefetch hints), `end` (the signal pipe, liveness,
+//! readiness, blocking), `create` (a new pipe's region and ends), `capacity` (resizing), then
+//! the handles: `writer`, `reader`, `notify/` (notification pipes), `splice`, `ready`
+//! (`AsFd`), `pass` (ends across processes).
 
 #[cfg(not(loom))]
 pub(crate) mod cache;

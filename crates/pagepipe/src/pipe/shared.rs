@@ -509,8 +509,8 @@ impl Shared {
         *self.signal_made.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
 
-    /// Whether this process's end of `side` is gone (or never was), for a pipe that never left
-    /// the process (no signal pipe). The end's last handle dropped before this process's view
+    /// Whether this process's end of `side` is gone (or never was): the whole answer for a
+    /// pipe that never left the process ([`Shared::confined`]). The end's last handle dropped before this process's view
     /// of it goes: an Acquire fence after seeing it gone orders the end's last publications
     /// (before its drop) before our later loads.
     #[cfg(not(loom))]
