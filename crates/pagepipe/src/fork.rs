@@ -6,14 +6,15 @@
 //!   not exist there; then, in registration order, every registered fragment cache's spare-list
 //!   lock (held by a `shrink()` caller, the idle trimmer or a thread dropping the last fragment
 //!   of a block, a child would wait for it forever: [`crate::reclaim::Trim::hold_for_fork`]);
-//! - after, in the parent: the caches' locks and the registry are unlocked;
-//!   Last, the death watcher's lock (`watch.rs`).
+//!   then the process keys' list, the region cache, the death watcher (`watch.rs`) and the
+//!   async adapters' timer (`timer.rs`, feature `tokio`).
+//! - after, in the parent: every lock taken before is unlocked.
 //! - after, in the child: the side locks forget the thread identity the parent had
 //!   ([`crate::lock::note_fork`]), every pipe gives its memory file descriptor a description
 //!   of the child's own in place of the parent's (`Shared::forget_key`: the parent's key lock
-//!   lives on that description and must die with the parent), the death watcher forgets the
-//!   parent's epoll instance and thread (the child starts its own), and the caches' locks and
-//!   the registry are unlocked.
+//!   lives on that description and must die with the parent), the death watcher and the
+//!   adapters' timer forget the parent's thread (the child starts its own; the watcher also
+//!   closes the parent's epoll instance), and every lock is unlocked.
 //!
 //! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
 //! malloc's arenas: a lock held at the fork means a spare list may be half-changed (a `Vec`
@@ -53,6 +54,10 @@ thread_local! {
     /// The death watcher's lock, held across a fork by the forking thread.
     static FORK_WATCH: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::watch::Watcher>>> =
         const { std::cell::RefCell::new(None) };
+    /// The async adapters' timer lock, held across a fork by the forking thread.
+    #[cfg(feature = "tokio")]
+    static FORK_TIMER: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::timer::Timer>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 #[cfg(not(loom))]
@@ -70,6 +75,8 @@ extern "C" fn before_fork() {
     FORK_CACHE.with(|c| *c.borrow_mut() = Some(cache));
     let watch = crate::watch::before_fork();
     FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
+    #[cfg(feature = "tokio")]
+    FORK_TIMER.with(|t| *t.borrow_mut() = Some(crate::timer::before_fork()));
 }
 
 /// Releases what `before_fork` took: the owners' locks, then the registry.
@@ -82,6 +89,8 @@ fn release_fork_locks() {
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
+    #[cfg(feature = "tokio")]
+    FORK_TIMER.with(|t| drop(t.borrow_mut().take()));
     FORK_WATCH.with(|w| drop(w.borrow_mut().take()));
     FORK_CACHE.with(|c| drop(c.borrow_mut().take()));
     FORK_KEYS.with(|k| drop(k.borrow_mut().take()));
@@ -91,6 +100,10 @@ extern "C" fn after_fork_parent() {
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
+    #[cfg(feature = "tokio")]
+    if let Some(timer) = FORK_TIMER.with(|t| t.borrow_mut().take()) {
+        crate::timer::after_fork_child(timer);
+    }
     FORK_GUARD.with(|g| {
         if let Some(reg) = g.borrow_mut().as_mut() {
             reg.in_forked_child();

@@ -46,6 +46,8 @@ mod region;
 mod ring;
 mod sync;
 #[cfg(all(feature = "tokio", not(loom)))]
+mod timer;
+#[cfg(all(feature = "tokio", not(loom)))]
 pub mod tokio;
 mod wait;
 #[cfg(not(loom))]

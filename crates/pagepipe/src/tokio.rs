@@ -160,6 +160,46 @@ impl Spin {
     }
 }
 
+/// Polls in a row that found the adapter's side held by another holder (a chunk, a resize, a
+/// concurrent call) with the ring ready: how long the next wait for it is.
+///
+/// A holder of this process wakes the task when it releases (`End::release_waiters`); nothing
+/// wakes it for a holder in another process, or for a thread of ours that leaked a chunk and
+/// exited (a call that asks finds it dead and takes the side over). So the task also asks
+/// again: at once the first [`HELD_YIELDS`] times (a concurrent call holds the side for
+/// microseconds), then after a delay that doubles from [`HELD_FIRST`] to [`HELD_MOST`] (see
+/// `timer.rs`): a side held for long costs a few hundred polls a second, not a core.
+struct Held(AtomicU32);
+
+/// Polls that find the side held and ask again at once.
+const HELD_YIELDS: u32 = 4;
+/// The first delay after those.
+const HELD_FIRST: Duration = Duration::from_micros(50);
+/// The longest delay: how late a task may see a side released in another process.
+const HELD_MOST: Duration = Duration::from_millis(5);
+
+impl Held {
+    /// Arranges the task's next poll after one more that found the side held.
+    fn wait(&self, cx: &Context<'_>) {
+        let n = self.0.load(Relaxed);
+        self.0.store(n.saturating_add(1), Relaxed);
+        match n.checked_sub(HELD_YIELDS) {
+            None => cx.waker().wake_by_ref(),
+            Some(k) => {
+                let delay = HELD_FIRST.saturating_mul(1 << k.min(16)).min(HELD_MOST);
+                crate::timer::wake_after(delay, cx.waker());
+            }
+        }
+    }
+
+    /// The side was had: the next wait starts again at once.
+    fn reset(&self) {
+        if self.0.load(Relaxed) != 0 {
+            self.0.store(0, Relaxed);
+        }
+    }
+}
+
 /// An end and the duplicate of its descriptor that the reactor watches.
 struct Registered<T> {
     end: T,
@@ -199,6 +239,7 @@ fn register<T>(
 pub struct AsyncReader {
     inner: AsyncFd<Registered<Reader>>,
     spin: Spin,
+    held: Held,
 }
 
 impl AsyncReader {
@@ -231,6 +272,7 @@ impl AsyncReader {
                 register(reader, &end, Interest::READABLE)?
             },
             spin: Spin::new(Some(DEFAULT_SPIN)),
+            held: Held(AtomicU32::new(0)),
         })
     }
 
@@ -302,6 +344,7 @@ impl AsyncRead for AsyncReader {
         loop {
             match reader.try_read_polled(buf.initialize_unfilled()) {
                 Ok(n) => {
+                    this.held.reset();
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
@@ -310,9 +353,23 @@ impl AsyncRead for AsyncReader {
             }
             if reader.slots_queued() {
                 // Data is queued but another holder has the read side (a chunk, a resize, a
-                // concurrent read): no wake-up will come; try again after other tasks ran.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                // concurrent read). One of this process wakes us when it releases; then the
+                // recheck of the wakers' protocol.
+                reader.end.release_waiters().register(cx.waker());
+                match reader.try_read_polled(buf.initialize_unfilled()) {
+                    Ok(n) => {
+                        this.held.reset();
+                        buf.advance(n);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+                if reader.slots_queued() {
+                    this.held.wait(cx); // for a holder elsewhere, or one that leaked its chunk
+                    return Poll::Pending;
+                }
+                continue;
             }
             let eligible = || peer_elsewhere(&reader.end);
             if this.spin.until(eligible, || reader.slots_queued()) {
@@ -345,6 +402,7 @@ impl AsyncRead for AsyncReader {
 pub struct AsyncWriter {
     inner: AsyncFd<Registered<Writer>>,
     spin: Spin,
+    held: Held,
 }
 
 impl AsyncWriter {
@@ -362,6 +420,7 @@ impl AsyncWriter {
                 register(writer, &end, Interest::WRITABLE)?
             },
             spin: Spin::new(Some(DEFAULT_SPIN)),
+            held: Held(AtomicU32::new(0)),
         })
     }
 
@@ -415,13 +474,26 @@ impl AsyncWriter {
             }
             match write(writer) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                result => return Poll::Ready(result),
+                result => {
+                    self.held.reset();
+                    return Poll::Ready(result);
+                }
             }
             if writer.free() > 0 {
-                // Room, but another holder has the write side: no wake-up will come; try
-                // again after other tasks ran.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                // Room, but another holder has the write side: as in `poll_read`.
+                writer.end.release_waiters().register(cx.waker());
+                match write(writer) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    result => {
+                        self.held.reset();
+                        return Poll::Ready(result);
+                    }
+                }
+                if writer.free() > 0 {
+                    self.held.wait(cx);
+                    return Poll::Pending;
+                }
+                continue;
             }
             let eligible = || peer_elsewhere(&writer.end);
             if self.spin.until(eligible, || writer.free() > 0) {

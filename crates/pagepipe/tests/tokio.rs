@@ -403,3 +403,137 @@ fn a_byte_count_a_peer_raised_does_not_spin_a_reader() {
     );
     drop(w);
 }
+
+/// How much CPU the calling thread spends in `f` (a current-thread runtime runs its task and
+/// reactor there) and what `f` returned.
+fn with_cpu<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let before = cpu_time();
+    let out = f();
+    (out, cpu_time() - before)
+}
+
+/// A thread of this process keeps a read chunk for a while: the task waiting for the read side
+/// sleeps (it used to yield in a loop at 100% of a core) and is woken when the chunk goes.
+#[test]
+fn a_read_side_held_by_another_thread_does_not_spin_a_reader() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (w, r) = pagepipe::pipe().unwrap();
+    (&w).write_all(b"queued").unwrap();
+    let (r2, (tx, rx)) = (r.clone(), std::sync::mpsc::channel());
+    let holder = std::thread::spawn(move || {
+        let chunk = r2.read_chunk().unwrap();
+        tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        drop(chunk); // consumes nothing
+    });
+    rx.recv().unwrap();
+    let (got, used) = with_cpu(|| {
+        rt.block_on(bounded(async move {
+            let mut r = AsyncReader::new(r).unwrap();
+            let mut buf = [0u8; 16];
+            let n = r.read(&mut buf).await.unwrap();
+            buf[..n].to_vec()
+        }))
+    });
+    holder.join().unwrap();
+    assert_eq!(got, b"queued");
+    assert!(
+        used < Duration::from_millis(300),
+        "the reader spun: {used:?} of CPU while a chunk was held for 600 ms"
+    );
+}
+
+/// The same for the write side: a write chunk kept by another thread.
+#[test]
+fn a_write_side_held_by_another_thread_does_not_spin_a_writer() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (w, r) = pagepipe::pipe().unwrap();
+    let (w2, (tx, rx)) = (w.clone(), std::sync::mpsc::channel());
+    let holder = std::thread::spawn(move || {
+        let chunk = w2.write_chunk().unwrap();
+        tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        drop(chunk); // publishes nothing
+    });
+    rx.recv().unwrap();
+    let ((), used) = with_cpu(|| {
+        rt.block_on(bounded(async move {
+            let mut w = AsyncWriter::new(w).unwrap();
+            w.write_all(b"after the chunk").await.unwrap();
+        }))
+    });
+    holder.join().unwrap();
+    let mut got = [0u8; 15];
+    std::io::Read::read_exact(&mut &r, &mut got).unwrap();
+    assert_eq!(&got, b"after the chunk");
+    assert!(
+        used < Duration::from_millis(300),
+        "the writer spun: {used:?} of CPU while a chunk was held for 600 ms"
+    );
+}
+
+/// A thread that leaked its chunk and exited holds the side forever: nothing releases it, so
+/// no release wakes the task; its own asks find the holder gone and take the side over.
+#[test]
+fn a_chunk_leaked_by_an_exited_thread_does_not_hang_a_reader() {
+    let (w, r) = pagepipe::pipe().unwrap();
+    (&w).write_all(b"queued").unwrap();
+    let r2 = r.clone();
+    std::thread::spawn(move || std::mem::forget(r2.read_chunk().unwrap()))
+        .join()
+        .unwrap();
+    let got = runtime().block_on(bounded(async move {
+        let mut r = AsyncReader::new(r).unwrap();
+        let mut buf = [0u8; 16];
+        let n = r.read(&mut buf).await.unwrap();
+        buf[..n].to_vec()
+    }));
+    assert_eq!(got, b"queued");
+}
+
+/// A holder in another process: its release wakes nothing here, so the task asks again after
+/// growing delays (see `timer.rs`): it sleeps meanwhile and reads soon after the release.
+#[test]
+fn a_read_side_held_in_another_process_does_not_spin_a_reader() {
+    let _serial = children::serial();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (w, r) = pagepipe::pipe().unwrap();
+    (&w).write_all(b"queued").unwrap();
+    let (mut ready_r, mut ready_w) = std::io::pipe().unwrap();
+    let child = children::fork({
+        let r = r.clone();
+        move || {
+            let chunk = r.read_chunk().unwrap();
+            ready_w.write_all(b"!").unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            drop(chunk);
+            0
+        }
+    });
+    let mut one = [0u8];
+    std::io::Read::read_exact(&mut ready_r, &mut one).unwrap();
+    let (got, used) = with_cpu(|| {
+        rt.block_on(bounded(async move {
+            let mut r = AsyncReader::new(r).unwrap();
+            let mut buf = [0u8; 16];
+            let n = r.read(&mut buf).await.unwrap();
+            buf[..n].to_vec()
+        }))
+    });
+    assert_eq!(children::reap_within(child, LIMIT), 0);
+    assert_eq!(got, b"queued");
+    assert!(
+        used < Duration::from_millis(300),
+        "the reader spun: {used:?} of CPU while another process held the side for 600 ms"
+    );
+    drop(w);
+}

@@ -448,7 +448,9 @@ impl SideLock {
     #[inline]
     pub(crate) fn unlock<H: Holders + ?Sized>(&self, h: &H) {
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
-        let old = self.word.swap(0, Ordering::Release);
+        // SeqCst: also the advance of the release wakers' store-load pair (`Shared::released`,
+        // see `Wakers`), which the guards load right after; on x86 the same `xchg` either way.
+        let old = self.word.swap(0, Ordering::SeqCst);
         // Only now: until the swap, a taker that finds our identity here must still hear that
         // we hold the lock (or it would take it from us). A stale entry after the swap only
         // makes such a taker wait for a word that no longer names us.

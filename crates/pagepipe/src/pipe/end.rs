@@ -292,6 +292,13 @@ impl End {
         &self.shared.wakers[self.own()]
     }
 
+    /// Async tasks of this process waiting for this end's side, held by another holder of this
+    /// process, to be released (see `Shared::released`).
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    pub(crate) fn release_waiters(&self) -> &Wakers {
+        &self.shared.released[self.side.index()]
+    }
+
     /// Wakes the tasks of this process waiting on the other end: this side's transitions (data
     /// for a writer, room for a reader, a close) are their wake-ups.
     #[inline]

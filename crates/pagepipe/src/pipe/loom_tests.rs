@@ -241,3 +241,39 @@ fn loom_async_waiter_is_woken_or_sees_the_data() {
         drop((w, r));
     });
 }
+
+#[test]
+fn loom_task_waiting_for_a_held_side_is_woken_or_gets_it() {
+    loom::model(|| {
+        // The adapters' wait for a side another holder of this process has: a task whose read
+        // found data queued but the side held registers with the release wakers, tries again,
+        // and parks only if the side is still held; a holder's release wakes it. A task that
+        // parks must be woken.
+        let (mut w, r) = one_slot_pipe();
+        w.write_all(b"x").unwrap();
+        r.set_nonblocking(true).unwrap();
+        let r2 = r.clone();
+        let flag = std::sync::Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = std::task::Waker::from(flag.clone());
+        let t = thread::spawn(move || {
+            if let Ok(chunk) = r2.read_chunk() {
+                drop(chunk); // consumes nothing: the byte stays queued
+            }
+            r2
+        });
+        let mut b = [0u8; 1];
+        let held = |r: &crate::Reader, b: &mut [u8]| matches!(r.try_read(b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        let parked = held(&r, &mut b) && {
+            r.end.release_waiters().register(&waker);
+            held(&r, &mut b)
+        };
+        let r2 = t.join().unwrap();
+        if parked {
+            assert!(
+                flag.0.load(std::sync::atomic::Ordering::SeqCst),
+                "a parked task was not woken"
+            );
+        }
+        drop((w, r, r2));
+    });
+}

@@ -44,6 +44,10 @@ pub(crate) struct Shared {
     /// Tasks of this process waiting in an async adapter, indexed like `polled`:
     /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
     pub(crate) wakers: [Wakers; 2],
+    /// Tasks of this process waiting for a side that another holder of this process has (a
+    /// chunk, a resize, a concurrent call), indexed by [`Side::index`]: the guards' release
+    /// wakes them (see the adapters in `tokio.rs`).
+    pub(crate) released: [Wakers; 2],
     /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
     #[cfg(not(loom))]
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
@@ -215,6 +219,8 @@ impl Drop for WriteGuard<'_> {
         let h = self.sh.header();
         store_side_state(&h.write_side.state, self.head, self.cached_tail);
         h.write_side.lock.unlock(self.sh);
+        // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
+        self.sh.released[Side::Write.index()].wake();
     }
 }
 
@@ -223,6 +229,8 @@ impl Drop for ReadGuard<'_> {
         let h = self.sh.header();
         store_side_state(&h.read_side.state, self.tail, self.cached_head);
         h.read_side.lock.unlock(self.sh);
+        // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
+        self.sh.released[Side::Read.index()].wake();
     }
 }
 
@@ -327,6 +335,7 @@ impl Shared {
             #[cfg(not(loom))]
             signal_made: std::sync::Mutex::new(false),
             wakers: Default::default(),
+            released: Default::default(),
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(loom))]
