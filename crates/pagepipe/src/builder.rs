@@ -107,10 +107,10 @@ impl Builder {
 
     /// The most the pipe may grow to with `set_capacity` (rounded as [`Builder::capacity`]
     /// rounds; at least the capacity): from 1 byte to [`crate::MAX_CAPACITY`], default
-    /// [`crate::DEFAULT_MAX_CAPACITY`] (16 MiB). The pipe reserves address space for twice
-    /// this (room to grow and to stage a resize), never memory: pages are allocated as data
-    /// arrives. A process that makes many pipes lowers it; one that grows a pipe past 16 MiB
-    /// raises it.
+    /// [`crate::DEFAULT_MAX_CAPACITY`] (1 MiB, Linux's default `pipe-max-size`). The pipe
+    /// reserves address space for twice this (room to grow and to stage a resize), never
+    /// memory: pages are allocated as data arrives. A process that makes many pipes lowers it;
+    /// one that grows a pipe past 1 MiB raises it.
     ///
     /// ```
     /// let (w, _r) = pagepipe::Builder::new().max_capacity(1 << 30).build()?;

@@ -415,10 +415,12 @@ fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
 pub const MAX_CAPACITY: usize = 1 << 30;
 
 /// The capacity a pipe may grow to with `set_capacity` unless its builder says otherwise
-/// ([`Builder::max_capacity`](crate::Builder::max_capacity)): 16 MiB (Linux lets an
-/// unprivileged process grow a pipe to 1 MiB, `/proc/sys/fs/pipe-max-size`). A pipe reserves
-/// address space for twice its maximum, and memory only for what it holds.
-pub const DEFAULT_MAX_CAPACITY: usize = 16 << 20;
+/// ([`Builder::max_capacity`](crate::Builder::max_capacity)): 1 MiB, as far as Linux lets an
+/// unprivileged process grow a pipe by default (`/proc/sys/fs/pipe-max-size`). A pipe reserves
+/// address space for twice its maximum, and memory only for what it holds; the smaller the
+/// maximum, the closer its slot table and its first pages lie (one page-table page and one
+/// page-cache index node fewer per pipe than with 16 MiB).
+pub const DEFAULT_MAX_CAPACITY: usize = 1 << 20;
 
 /// The slot count for a requested capacity: `F_SETPIPE_SZ`'s rounding (up to a power-of-two
 /// number of pages, at least one page), then divided into `slot_size` slots (at least one).
@@ -905,8 +907,9 @@ mod tests {
         assert!(notes_ring_for(0).is_err() && notes_ring_for(513).is_err());
     }
 
-    /// A default pipe reserves room to grow to 16 MiB and to stage that much: 32 MiB and a
-    /// slot table, well under issue 23's 64 MiB of address space for a 64 KiB pipe.
+    /// A default pipe reserves room to grow to 1 MiB and to stage that much: 2 MiB and a slot
+    /// table, well under issue 23's 64 MiB of address space for a 64 KiB pipe; its first data
+    /// page lies within 40 KiB of the header (one page-cache index node for both).
     #[test]
     fn layout_reserves_twice_the_reach() {
         let reach = DEFAULT_MAX_CAPACITY / 4096;
@@ -915,6 +918,7 @@ mod tests {
         assert_eq!(l.arena, (2048 + 2 * reach * 64).next_multiple_of(4096));
         assert_eq!(l.total, l.arena + 2 * DEFAULT_MAX_CAPACITY);
         assert!(l.total <= 64 << 20);
+        assert!(l.arena <= 40 << 10, "{l:?}");
     }
 
     #[test]

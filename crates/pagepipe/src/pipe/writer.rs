@@ -157,7 +157,7 @@ impl Writer {
     /// [`io::ErrorKind::InvalidInput`] for 0 or more than 1 GiB (where Linux would round 0 up to
     /// one page); [`io::ErrorKind::PermissionDenied`] (`EPERM`, as Linux above
     /// `pipe-max-size`) above the pipe's maximum ([`Builder::max_capacity`](crate::Builder::max_capacity),
-    /// 16 MiB by default); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold
+    /// 1 MiB by default); [`io::ErrorKind::ResourceBusy`] (`EBUSY`) when more slots hold
     /// data than the new size has; [`io::ErrorKind::InvalidData`] if the shared region is
     /// corrupt.
     ///
