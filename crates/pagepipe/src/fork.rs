@@ -14,7 +14,8 @@
 //!   of the child's own in place of the parent's (`Shared::forget_key`: the parent's key lock
 //!   lives on that description and must die with the parent), the death watcher and the
 //!   adapters' timer forget the parent's thread (the child starts its own; the watcher also
-//!   closes the parent's epoll instance), and every lock is unlocked.
+//!   closes the parent's epoll instance), the async wakers' lists stop counting the parent's
+//!   tasks ([`crate::wait::note_fork_child`]), and every lock is unlocked.
 //!
 //! Taking the caches' locks, rather than resetting them in the child, is what glibc does for
 //! malloc's arenas: a lock held at the fork means a spare list may be half-changed (a `Vec`
@@ -100,6 +101,7 @@ extern "C" fn after_fork_parent() {
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
     crate::lock::note_fork();
+    crate::wait::note_fork_child();
     #[cfg(feature = "tokio")]
     if let Some(timer) = FORK_TIMER.with(|t| t.borrow_mut().take()) {
         crate::timer::after_fork_child(timer);

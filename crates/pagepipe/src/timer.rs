@@ -14,7 +14,8 @@
 //! due: no CPU while idle. A forked child has no such thread: the fork handlers take the lock
 //! across the fork (see `fork.rs`), and the child forgets the parent's entries and thread and
 //! starts its own when it first needs one. Where no thread can be started, the wake-up is
-//! immediate (the adapters' earlier behaviour: a busy wait, never a hang).
+//! immediate (the adapters' earlier behaviour: a busy wait, never a hang), and the start is
+//! tried again a second later.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
@@ -27,14 +28,15 @@ pub(crate) struct Timer {
     due: Vec<(Instant, Waker)>,
     /// The thread runs in this process (false in a forked child until it starts its own).
     running: bool,
-    /// Starting the thread failed: wake at once rather than try on every wait.
-    failed: bool,
+    /// When starting the thread last failed: until a second has passed, wake at once rather
+    /// than try again on every wait.
+    failed: Option<Instant>,
 }
 
 static TIMER: Mutex<Timer> = Mutex::new(Timer {
     due: Vec::new(),
     running: false,
-    failed: false,
+    failed: None,
 });
 /// Signalled when an earlier wake-up than the thread sleeps for is added.
 static ADDED: Condvar = Condvar::new();
@@ -48,12 +50,15 @@ fn lock() -> MutexGuard<'static, Timer> {
 pub(crate) fn wake_after(delay: Duration, waker: &Waker) {
     let due = Instant::now() + delay;
     let mut t = lock();
-    if !t.running && !t.failed {
+    if !t.running
+        && t.failed
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+    {
         t.running = std::thread::Builder::new()
             .name("pagepipe-timer".into())
             .spawn(run)
             .is_ok();
-        t.failed = !t.running;
+        t.failed = (!t.running).then(Instant::now);
     }
     if !t.running {
         drop(t);
@@ -84,7 +89,11 @@ fn run() {
         });
         if !woken.is_empty() {
             drop(t);
-            woken.into_iter().for_each(Waker::wake); // outside the lock: a waker may run code
+            // Outside the lock: a waker may run code. A waker that panics must not end the
+            // thread, or every later wake-up would be lost.
+            for w in woken {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
+            }
             t = lock();
             continue;
         }
@@ -112,7 +121,7 @@ pub(crate) fn before_fork() -> MutexGuard<'static, Timer> {
 pub(crate) fn after_fork_child(mut t: MutexGuard<'static, Timer>) {
     std::mem::forget(std::mem::take(&mut t.due));
     t.running = false;
-    t.failed = false;
+    t.failed = None;
 }
 
 #[cfg(test)]

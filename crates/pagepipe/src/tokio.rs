@@ -192,7 +192,8 @@ impl Held {
         }
     }
 
-    /// The side was had: the next wait starts again at once.
+    /// The side was had, or is no longer what the task waits for: the next wait for a held
+    /// side starts again at once.
     fn reset(&self) {
         if self.0.load(Relaxed) != 0 {
             self.0.store(0, Relaxed);
@@ -369,6 +370,7 @@ impl AsyncRead for AsyncReader {
                     this.held.wait(cx); // for a holder elsewhere, or one that leaked its chunk
                     return Poll::Pending;
                 }
+                this.held.reset();
                 continue;
             }
             let eligible = || peer_elsewhere(&reader.end);
@@ -493,6 +495,7 @@ impl AsyncWriter {
                     self.held.wait(cx);
                     return Poll::Pending;
                 }
+                self.held.reset();
                 continue;
             }
             let eligible = || peer_elsewhere(&writer.end);

@@ -25,11 +25,35 @@ use std::time::{Duration, Instant};
 /// SeqCst index RMW, then loads `waiting` (SeqCst). In the single total order either the
 /// recheck sees the advance or the load sees the flag. Waking takes every registered waker and
 /// clears the flag under the list's lock, so a registration is consumed by exactly one wake.
+///
+/// Fork: a child inherits the lists with the parent's wakers in them (and possibly a list lock
+/// a parent thread held). It must never run them (they would touch the parent's runtime, whose
+/// locks may be held by threads that do not exist here), so each list records the
+/// [`children`] generation it was registered in: a child's wake finds another generation and
+/// only clears the flag, without the lock; its first registration forgets the parent's wakers
+/// (leaked, not dropped). What remains: a child whose parent was inside `register` or a wake at
+/// the instant of the fork would wait for that list's lock at its first registration.
 #[derive(Default)]
 pub(crate) struct Wakers {
     /// Some waker is registered (a hint read on every advance: only waiters write it).
     waiting: crate::sync::AtomicBool,
+    /// The [`children`] generation of the last registration (written under the list's lock).
+    born: std::sync::atomic::AtomicU64,
     list: crate::sync::Mutex<Vec<std::task::Waker>>,
+}
+
+/// Forks this process came out of as the child (see [`Wakers`]); bumped by the fork handler.
+static CHILDREN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// This process's generation: how many forks it came out of as the child.
+fn children() -> u64 {
+    CHILDREN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// In a forked child (see `fork.rs`): every [`Wakers`] list now holds the parent's wakers.
+#[cfg(not(loom))]
+pub(crate) fn note_fork_child() {
+    CHILDREN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl Wakers {
@@ -38,6 +62,12 @@ impl Wakers {
     #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
     pub(crate) fn register(&self, waker: &std::task::Waker) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let now = children();
+        if self.born.load(std::sync::atomic::Ordering::Relaxed) != now {
+            // The parent's wakers: never run them, never drop them here (a drop may run code).
+            std::mem::forget(std::mem::take(&mut *list));
+            self.born.store(now, std::sync::atomic::Ordering::Relaxed);
+        }
         if !list.iter().any(|w| w.will_wake(waker)) {
             list.push(waker.clone());
         }
@@ -69,6 +99,13 @@ impl Wakers {
     #[cold]
     #[inline(never)]
     fn wake_all(&self) {
+        // Relaxed: `register` writes `born` before its SeqCst store of the flag, which the
+        // caller's SeqCst load of it read.
+        if self.born.load(std::sync::atomic::Ordering::Relaxed) != children() {
+            // Set in the parent: its wakers are not ours to run (see the type's docs).
+            self.waiting.store(false, Ordering::Relaxed);
+            return;
+        }
         let list = {
             let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
             self.waiting.store(false, Ordering::Relaxed); // under the lock
@@ -164,4 +201,55 @@ fn spin_until(ready: impl Fn() -> bool) -> bool {
         }
     }
     false
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A waker that ends the process with status 3 if it runs anywhere but in `parent`.
+    struct OnlyIn {
+        parent: libc::pid_t,
+    }
+
+    impl std::task::Wake for OnlyIn {
+        fn wake(self: Arc<Self>) {
+            // SAFETY: getpid and _exit have no preconditions.
+            if unsafe { libc::getpid() } != self.parent {
+                // SAFETY: leaves the child at once, running nothing of the parent's.
+                unsafe { libc::_exit(3) };
+            }
+        }
+    }
+
+    /// A child inherits the lists with its parent's wakers in them: a transition in the child
+    /// (a guard's release, a write) must not run them.
+    #[test]
+    fn a_forked_child_never_runs_its_parents_wakers() {
+        let wakers = Wakers::default();
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        wakers.register(&std::task::Waker::from(Arc::new(OnlyIn { parent })));
+        // SAFETY: the child only bumps an atomic, loads a flag and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            note_fork_child(); // pagepipe's fork handler does it too, if this test binary installed it
+            wakers.wake();
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: our own child, a valid status pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child ran its parent's waker"
+        );
+        // The parent's registration stands.
+        assert!(wakers.waiting.load(Ordering::SeqCst));
+    }
 }

@@ -294,7 +294,7 @@ impl End {
 
     /// Async tasks of this process waiting for this end's side, held by another holder of this
     /// process, to be released (see `Shared::released`).
-    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    #[cfg(any(feature = "tokio", loom))]
     pub(crate) fn release_waiters(&self) -> &Wakers {
         &self.shared.released[self.side.index()]
     }

@@ -46,7 +46,8 @@ pub(crate) struct Shared {
     pub(crate) wakers: [Wakers; 2],
     /// Tasks of this process waiting for a side that another holder of this process has (a
     /// chunk, a resize, a concurrent call), indexed by [`Side::index`]: the guards' release
-    /// wakes them (see the adapters in `tokio.rs`).
+    /// wakes them (see the adapters in `tokio.rs`). Only where adapters exist.
+    #[cfg(any(feature = "tokio", loom))]
     pub(crate) released: [Wakers; 2],
     /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
     #[cfg(not(loom))]
@@ -220,6 +221,7 @@ impl Drop for WriteGuard<'_> {
         store_side_state(&h.write_side.state, self.head, self.cached_tail);
         h.write_side.lock.unlock(self.sh);
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
+        #[cfg(any(feature = "tokio", loom))]
         self.sh.released[Side::Write.index()].wake();
     }
 }
@@ -230,6 +232,7 @@ impl Drop for ReadGuard<'_> {
         store_side_state(&h.read_side.state, self.tail, self.cached_head);
         h.read_side.lock.unlock(self.sh);
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
+        #[cfg(any(feature = "tokio", loom))]
         self.sh.released[Side::Read.index()].wake();
     }
 }
@@ -335,6 +338,7 @@ impl Shared {
             #[cfg(not(loom))]
             signal_made: std::sync::Mutex::new(false),
             wakers: Default::default(),
+            #[cfg(any(feature = "tokio", loom))]
             released: Default::default(),
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
