@@ -411,6 +411,38 @@ fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
     })
 }
 
+/// A descriptor that always polls ready (an eventfd whose counter is 1: `POLLIN` and
+/// `POLLOUT`), handed to the poller of an end that lost every descriptor of its own (a forked
+/// child at its descriptor limit, see [`Region::forget_in_forked_child`]): the poller wakes and
+/// its call finds the end's error (`BrokenPipe`), never a wait with no end. Made once per
+/// process on first need (a forked child inherits it); -1 until made.
+#[cfg(not(loom))]
+static READY_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// [`READY_FD`], made if it was not yet; `None` if it cannot be (no descriptor, no memory).
+#[cfg(not(loom))]
+pub(crate) fn ready_fd() -> Option<std::os::fd::BorrowedFd<'static>> {
+    use std::os::fd::{AsFd, IntoRawFd};
+    use std::sync::atomic::Ordering as O;
+    // Relaxed: the number is all there is to publish (the eventfd is complete when the CAS
+    // below stores it; a reader only polls the number).
+    let fd = READY_FD.load(O::Relaxed);
+    let fd = if fd >= 0 {
+        fd
+    } else {
+        let made = crate::sys::poll::eventfd().ok()?;
+        crate::sys::poll::eventfd_signal(made.as_fd());
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&made);
+        // Relaxed: as above; a thread that lost the race drops its own.
+        match READY_FD.compare_exchange(-1, raw, O::Relaxed, O::Relaxed) {
+            Ok(_) => made.into_raw_fd(),
+            Err(other) => other,
+        }
+    };
+    // SAFETY: once stored, READY_FD is never closed: it stays open for the process's life.
+    Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+}
+
 /// The largest capacity a pipe may have: 1 GiB.
 pub const MAX_CAPACITY: usize = 1 << 30;
 
@@ -789,6 +821,9 @@ impl Region {
         } else {
             self.backing.memfd.store(-1, O::Relaxed);
             crate::sys::fd::close_raw(raw);
+            // The number just closed is free: the descriptor that stands in for a lost end's
+            // own, when it is polled, can be made now, where later there may be none to spare.
+            let _ = ready_fd();
         }
     }
 

@@ -315,7 +315,11 @@ impl End {
     /// reader, its write end for a writer), made (if the pipe had no signal pipe yet) and made
     /// exact first. If the signal pipe cannot be made (a full descriptor table), the memory
     /// file's descriptor, which always polls ready: a poller then finds `WouldBlock` where
-    /// there is nothing to do, never a wait with no end, and the next call tries again.
+    /// there is nothing to do, never a wait with no end, and the next call tries again. An
+    /// end that lost its memory file too (a child forked at its descriptor limit, whose calls
+    /// all fail with `BrokenPipe`) hands out a descriptor that always polls ready
+    /// (`region::ready_fd`). Panics only if even that cannot be made (no descriptor and no
+    /// memory left): `AsFd` has no way to fail.
     #[cfg(not(loom))]
     pub(crate) fn poll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         // Acquire: pairs with the Release store in `enable_polling`.
@@ -324,9 +328,12 @@ impl End {
         }
         match self.signal() {
             Some(fd) => fd,
-            None => self.shared.region.memfd().unwrap_or_else(|e| {
-                panic!("a pipe end with neither a signal pipe nor its memory file: {e}")
-            }),
+            None => match self.shared.region.memfd() {
+                Ok(fd) => fd,
+                Err(e) => crate::region::ready_fd().unwrap_or_else(|| {
+                    panic!("a pipe end with no descriptor left, and none to be made: {e}")
+                }),
+            },
         }
     }
 
