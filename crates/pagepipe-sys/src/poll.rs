@@ -37,6 +37,30 @@ pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// An eventfd that polls `POLLIN` and `POLLOUT` for good (`eventfd(2)`): semaphore mode with
+/// its counter at 2^63, so a read takes 1 from it and a write of less than 2^63 - 1 fits; no
+/// caller can drain it or fill it by accident.
+///
+/// # Errors
+/// The OS's error from `eventfd(2)` or from raising the counter.
+pub fn always_ready() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let flags = libc::EFD_CLOEXEC | libc::EFD_NONBLOCK | libc::EFD_SEMAPHORE;
+    // SAFETY: eventfd has no memory-safety preconditions.
+    let fd = unsafe { libc::eventfd(0, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let count: u64 = 1 << 63;
+    // SAFETY: writes 8 bytes from a live u64 to the descriptor we own.
+    if unsafe { libc::write(fd.as_raw_fd(), (&count as *const u64).cast(), 8) } != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 /// Adds 1 to an eventfd's counter (`eventfd(2)`), waking pollers.
 pub fn eventfd_signal(fd: std::os::fd::BorrowedFd<'_>) {
     use std::os::fd::AsRawFd;

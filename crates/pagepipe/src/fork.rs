@@ -111,6 +111,7 @@ extern "C" fn after_fork_child() {
             reg.in_forked_child();
         }
     });
+    crate::region::after_forgets();
     if let Some(watch) = FORK_WATCH.with(|w| w.borrow_mut().take()) {
         crate::watch::after_fork_child(watch);
     }

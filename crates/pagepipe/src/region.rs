@@ -411,18 +411,32 @@ fn decode_policy(v: [u32; 3]) -> io::Result<PoolPolicy> {
     })
 }
 
-/// A descriptor that always polls ready (an eventfd whose counter is 1: `POLLIN` and
-/// `POLLOUT`), handed to the poller of an end that lost every descriptor of its own (a forked
-/// child at its descriptor limit, see [`Region::forget_in_forked_child`]): the poller wakes and
-/// its call finds the end's error (`BrokenPipe`), never a wait with no end. Made once per
-/// process on first need (a forked child inherits it); -1 until made.
+/// A descriptor that always polls ready (`sys::poll::always_ready`: `POLLIN` and `POLLOUT`
+/// whoever reads or writes it), handed to the poller of an end that lost every descriptor of
+/// its own (a forked child at its descriptor limit, see [`Region::forget_in_forked_child`]):
+/// the poller wakes and its call finds the end's error (`BrokenPipe`), never a wait with no
+/// end. Made once per process on first need (a forked child inherits it); -1 until made. Every
+/// such end of the process hands out this one number: an epoll instance takes it once.
 #[cfg(not(loom))]
 static READY_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// A region of this forked child lost its memory file (see [`Region::forget_in_forked_child`]).
+#[cfg(not(loom))]
+static LOST_IN_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In a forked child, after every region forgot its parent's key: if one lost its memory file,
+/// make [`READY_FD`] now, with the descriptor number that closing it freed.
+#[cfg(not(loom))]
+pub(crate) fn after_forgets() {
+    if LOST_IN_CHILD.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        let _ = ready_fd();
+    }
+}
 
 /// [`READY_FD`], made if it was not yet; `None` if it cannot be (no descriptor, no memory).
 #[cfg(not(loom))]
 pub(crate) fn ready_fd() -> Option<std::os::fd::BorrowedFd<'static>> {
-    use std::os::fd::{AsFd, IntoRawFd};
+    use std::os::fd::IntoRawFd;
     use std::sync::atomic::Ordering as O;
     // Relaxed: the number is all there is to publish (the eventfd is complete when the CAS
     // below stores it; a reader only polls the number).
@@ -430,8 +444,7 @@ pub(crate) fn ready_fd() -> Option<std::os::fd::BorrowedFd<'static>> {
     let fd = if fd >= 0 {
         fd
     } else {
-        let made = crate::sys::poll::eventfd().ok()?;
-        crate::sys::poll::eventfd_signal(made.as_fd());
+        let made = crate::sys::poll::always_ready().ok()?;
         let raw = std::os::fd::AsRawFd::as_raw_fd(&made);
         // Relaxed: as above; a thread that lost the race drops its own.
         match READY_FD.compare_exchange(-1, raw, O::Relaxed, O::Relaxed) {
@@ -821,9 +834,10 @@ impl Region {
         } else {
             self.backing.memfd.store(-1, O::Relaxed);
             crate::sys::fd::close_raw(raw);
-            // The number just closed is free: the descriptor that stands in for a lost end's
-            // own, when it is polled, can be made now, where later there may be none to spare.
-            let _ = ready_fd();
+            // The number just closed is free, and stays free for the other regions' reopens;
+            // the fork handler makes the stand-in for lost ends' descriptors after them all
+            // (`after_forgets`), where later there may be none to spare.
+            LOST_IN_CHILD.store(true, O::Relaxed);
         }
     }
 

@@ -75,18 +75,34 @@ pub(crate) fn wake_after(delay: Duration, waker: &Waker) {
     }
 }
 
+/// Marks the thread gone if it ever unwinds (a waker's code it runs panicked where it could
+/// not be caught), so the next wait starts another instead of queueing for nobody.
+struct Gone;
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            lock().running = false;
+        }
+    }
+}
+
 /// The thread: wakes what is due, then sleeps until the next wake-up is.
 fn run() {
+    let _gone = Gone;
     let mut t = lock();
     loop {
         let now = Instant::now();
+        // Moved out, not cloned: no waker code (clone, drop) runs under the lock.
         let mut woken = Vec::new();
-        t.due.retain(|(due, w)| {
-            if *due <= now {
-                woken.push(w.clone());
+        let mut i = 0;
+        while i < t.due.len() {
+            if t.due[i].0 <= now {
+                woken.push(t.due.swap_remove(i).1);
+            } else {
+                i += 1;
             }
-            *due > now
-        });
+        }
         if !woken.is_empty() {
             drop(t);
             // Outside the lock: a waker may run code. A waker that panics must not end the

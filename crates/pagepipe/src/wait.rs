@@ -30,9 +30,10 @@ use std::time::{Duration, Instant};
 /// a parent thread held). It must never run them (they would touch the parent's runtime, whose
 /// locks may be held by threads that do not exist here), so each list records the
 /// [`children`] generation it was registered in: a child's wake finds another generation and
-/// only clears the flag, without the lock; its first registration forgets the parent's wakers
-/// (leaked, not dropped). What remains: a child whose parent was inside `register` or a wake at
-/// the instant of the fork would wait for that list's lock at its first registration.
+/// returns, without the lock; its first registration forgets the parent's wakers (leaked, not
+/// dropped). What remains: a child forked while a parent thread was inside `register` or a wake
+/// on a list deadlocks on that list's lock at its first registration there (a window of a few
+/// instructions; the lists are per pipe and per process, not in the fork handlers).
 #[derive(Default)]
 pub(crate) struct Wakers {
     /// Some waker is registered (a hint read on every advance: only waiters write it).
@@ -102,8 +103,9 @@ impl Wakers {
         // Relaxed: `register` writes `born` before its SeqCst store of the flag, which the
         // caller's SeqCst load of it read.
         if self.born.load(std::sync::atomic::Ordering::Relaxed) != children() {
-            // Set in the parent: its wakers are not ours to run (see the type's docs).
-            self.waiting.store(false, Ordering::Relaxed);
+            // Set in the parent: its wakers are not ours to run (see the type's docs). The
+            // flag stays: clearing it here, outside the lock, could clear a registration this
+            // process makes meanwhile; until the first one, a transition costs two loads more.
             return;
         }
         let list = {
