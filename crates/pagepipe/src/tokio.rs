@@ -342,6 +342,8 @@ impl AsyncRead for AsyncReader {
         }
         let this = &*self;
         let reader = &this.inner.get_ref().end;
+        // Registered with the release waiters since the last try: that try was the recheck.
+        let mut rechecked = false;
         loop {
             match reader.try_read_polled(buf.initialize_unfilled()) {
                 Ok(n) => {
@@ -355,23 +357,18 @@ impl AsyncRead for AsyncReader {
             if reader.slots_queued() {
                 // Data is queued but another holder has the read side (a chunk, a resize, a
                 // concurrent read). One of this process wakes us when it releases; then the
-                // recheck of the wakers' protocol.
-                reader.end.release_waiters().register(cx.waker());
-                match reader.try_read_polled(buf.initialize_unfilled()) {
-                    Ok(n) => {
-                        this.held.reset();
-                        buf.advance(n);
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Poll::Ready(Err(e)),
+                // recheck of the wakers' protocol (the try above, once more).
+                if !rechecked {
+                    reader.end.release_waiters().register(cx.waker());
+                    rechecked = true;
+                    continue;
                 }
-                if reader.slots_queued() {
-                    this.held.wait(cx); // for a holder elsewhere, or one that leaked its chunk
-                    return Poll::Pending;
-                }
-                this.held.reset();
-                continue;
+                this.held.wait(cx); // for a holder elsewhere, or one that leaked its chunk
+                return Poll::Pending;
+            }
+            if rechecked {
+                this.held.reset(); // the side is no longer what we wait for
+                rechecked = false;
             }
             let eligible = || peer_elsewhere(&reader.end);
             if this.spin.until(eligible, || reader.slots_queued()) {
@@ -464,6 +461,7 @@ impl AsyncWriter {
         write: impl Fn(&Writer) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         let writer = &self.inner.get_ref().end;
+        let mut rechecked = false; // as in `poll_read`
         loop {
             // A reader killed in another process bumps no close counter, so `write` would take
             // bytes until the ring is full; the reactor knows at once (POLLERR). Only a look at
@@ -483,20 +481,17 @@ impl AsyncWriter {
             }
             if writer.free() > 0 {
                 // Room, but another holder has the write side: as in `poll_read`.
-                writer.end.release_waiters().register(cx.waker());
-                match write(writer) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    result => {
-                        self.held.reset();
-                        return Poll::Ready(result);
-                    }
+                if !rechecked {
+                    writer.end.release_waiters().register(cx.waker());
+                    rechecked = true;
+                    continue;
                 }
-                if writer.free() > 0 {
-                    self.held.wait(cx);
-                    return Poll::Pending;
-                }
+                self.held.wait(cx);
+                return Poll::Pending;
+            }
+            if rechecked {
                 self.held.reset();
-                continue;
+                rechecked = false;
             }
             let eligible = || peer_elsewhere(&writer.end);
             if self.spin.until(eligible, || writer.free() > 0) {
