@@ -38,7 +38,7 @@ pub(crate) fn install() {
 thread_local! {
     /// The fork gate ([`crate::fork_gate`]), held exclusively across a fork by the forking
     /// thread.
-    static FORK_EXCL: std::cell::RefCell<Option<std::sync::RwLockWriteGuard<'static, ()>>> =
+    static FORK_EXCL: std::cell::RefCell<Option<crate::fork_gate::Exclusive>> =
         const { std::cell::RefCell::new(None) };
     /// The registry guard held across a fork by the forking thread.
     static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Registry>>> =

@@ -10,12 +10,38 @@
 /// The gate.
 static FORKING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-/// Keeps this process from forking until dropped.
-pub(crate) fn hold() -> std::sync::RwLockReadGuard<'static, ()> {
-    FORKING.read().unwrap_or_else(|e| e.into_inner())
+thread_local! {
+    /// This thread holds the gate exclusively: it is forking, inside the prepare handler.
+    static FORKING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Keeps every [`hold`] out until dropped: for the forking thread, across the fork.
-pub(crate) fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
-    FORKING.write().unwrap_or_else(|e| e.into_inner())
+/// A shared hold of the gate, or nothing for the forking thread itself.
+pub(crate) struct Hold(#[allow(dead_code)] Option<std::sync::RwLockReadGuard<'static, ()>>);
+
+/// Keeps this process from forking until dropped. The forking thread itself passes: what its
+/// prepare handler does (making a pipe's descriptor exact, which may take the process's key on
+/// the pipe) finishes before the fork, so it cannot straddle it; waiting for the gate it holds
+/// would deadlock the fork.
+pub(crate) fn hold() -> Hold {
+    if FORKING_HERE.with(std::cell::Cell::get) {
+        return Hold(None);
+    }
+    Hold(Some(FORKING.read().unwrap_or_else(|e| e.into_inner())))
+}
+
+/// The exclusive hold of the forking thread, across the fork; see [`exclusive`].
+pub(crate) struct Exclusive(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>);
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        FORKING_HERE.with(|f| f.set(false));
+    }
+}
+
+/// Keeps every [`hold`] of other threads out until dropped: for the forking thread, across the
+/// fork.
+pub(crate) fn exclusive() -> Exclusive {
+    let guard = FORKING.write().unwrap_or_else(|e| e.into_inner());
+    FORKING_HERE.with(|f| f.set(true));
+    Exclusive(guard)
 }

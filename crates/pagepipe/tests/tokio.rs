@@ -547,3 +547,29 @@ fn a_read_side_held_in_another_process_does_not_spin_a_reader() {
     );
     drop(w);
 }
+
+/// Was a deadlock: a fork while an adapted pipe had not taken this process's key yet. The
+/// prepare handler makes every adapted end's descriptor exact, which takes the key, whose
+/// reopening waited for the fork gate the handler itself held. In a child of the test, so a
+/// hang is killed rather than hanging the suite.
+#[test]
+fn a_fork_before_an_adapted_pipe_took_its_key_does_not_deadlock() {
+    let _serial = children::serial();
+    let outer = children::fork(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (w, r) = pagepipe::pipe().unwrap();
+            let (_w, _r) = (AsyncWriter::new(w).unwrap(), AsyncReader::new(r).unwrap());
+            let inner = children::fork(|| 0); // the prepare handler hung here
+            children::reap_within(inner, LIMIT)
+        })
+    });
+    assert_eq!(
+        children::reap_within(outer, Duration::from_secs(30)),
+        0,
+        "the fork deadlocked (or its child failed)"
+    );
+}
