@@ -416,16 +416,38 @@ impl SideLock {
         }
         let taken = me | (cur & WAITERS);
         if held::involved((cur & TID_MASK) as u32, id) {
-            // Relaxed: we changed nothing; the holder keeps its lock as it took it.
-            let _ = self
-                .word
-                .compare_exchange(taken, cur, Ordering::Relaxed, Ordering::Relaxed);
+            self.give_back(taken, cur, me);
             return false;
         }
         // That thread neither holds nor takes the lock now. If it held it again between our
         // check and our CAS and released it since, its release (a swap to 0) overwrote our
         // identity: then we do not hold it either. A hold it starts from here on fails its CAS.
         self.word.load(Ordering::Acquire) & !WAITERS == me
+    }
+
+    /// Puts back the identity `cur` that [`SideLock::take_over`] replaced with ours (`taken`),
+    /// its holder being alive after all. A taker may set [`WAITERS`] on the word meanwhile: the
+    /// word must not keep naming us then, or our next look would read our own identity as one
+    /// a peer wrote and take the lock over from its live holder (two holders: seen as a
+    /// `two holders` failure of `contended_takers_that_ask_never_share_the_lock`, about 3 runs
+    /// in 100). So while the word names us, with or without the flag, it gets `cur`'s identity
+    /// back with the flag as it is now; once it names anyone else (the holder released it, and
+    /// maybe someone took it), nothing of ours is left in it.
+    fn give_back(&self, taken: u64, cur: u64, me: u64) {
+        let mut now = taken;
+        loop {
+            // Relaxed: we changed nothing; the holder keeps its lock as it took it.
+            match self.word.compare_exchange(
+                now,
+                (cur & !WAITERS) | (now & WAITERS),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(seen) if seen & !WAITERS == me => now = seen,
+                Err(_) => return,
+            }
+        }
     }
 
     /// Whether a live thread holds the lock (a snapshot). A holder whose liveness cannot be

@@ -169,3 +169,21 @@ fn an_abandoned_lock_is_taken_over() {
     assert_eq!(lock.lock(&h, Wait::Never).unwrap(), Taken::Clean);
     lock.unlock(&h);
 }
+
+/// A take-over that finds the named thread alive after all gives the word back, also when a
+/// taker set WAITERS on it meanwhile (the word must not keep naming us: our next look would
+/// take the lock from its live holder).
+#[test]
+fn a_give_back_keeps_a_waiters_flag_set_meanwhile_and_leaves_no_trace_of_us() {
+    let lock = free();
+    let (holder, us) = (word(ME, 7), word(ME, 8));
+    lock.word.store(us | WAITERS, Ordering::Relaxed); // our CAS, then a taker's flag
+    lock.give_back(us, holder, us);
+    assert_eq!(lock.word.load(Ordering::Relaxed), holder | WAITERS);
+    lock.word.store(us, Ordering::Relaxed); // no flag: as before
+    lock.give_back(us, holder, us);
+    assert_eq!(lock.word.load(Ordering::Relaxed), holder);
+    lock.word.store(0, Ordering::Relaxed); // the holder released: nothing to give back
+    lock.give_back(us, holder, us);
+    assert_eq!(lock.word.load(Ordering::Relaxed), 0);
+}
