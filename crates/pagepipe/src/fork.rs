@@ -78,6 +78,7 @@ extern "C" fn before_fork() {
     FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
     #[cfg(feature = "tokio")]
     FORK_TIMER.with(|t| *t.borrow_mut() = Some(crate::timer::before_fork()));
+    crate::fork_gate::end_of_prepare();
 }
 
 /// Releases what `before_fork` took: the owners' locks, then the registry.

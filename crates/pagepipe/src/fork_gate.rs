@@ -38,8 +38,15 @@ impl Drop for Exclusive {
     }
 }
 
+/// The forking thread's own prepare steps are done: from here its [`hold`]s wait for the gate
+/// as anyone's (a user's prepare handler that runs after ours and makes a pipe must not pass:
+/// that pipe would count as confined to the parent).
+pub(crate) fn end_of_prepare() {
+    FORKING_HERE.with(|f| f.set(false));
+}
+
 /// Keeps every [`hold`] of other threads out until dropped: for the forking thread, across the
-/// fork.
+/// fork; the thread's own holds pass until [`end_of_prepare`].
 pub(crate) fn exclusive() -> Exclusive {
     let guard = FORKING.write().unwrap_or_else(|e| e.into_inner());
     FORKING_HERE.with(|f| f.set(true));

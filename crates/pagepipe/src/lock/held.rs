@@ -154,7 +154,9 @@ mod imp {
         with_mine(|s| {
             let Some(s) = s else { return };
             match s.held.iter().find(|h| h.load(Ordering::Relaxed) == id) {
-                Some(h) => h.store(0, Ordering::Relaxed),
+                // Release: a taker that reads this 0 (`involved`) also sees the release swap
+                // made before it (see `SideLock::take_over`).
+                Some(h) => h.store(0, Ordering::Release),
                 None => {
                     let _ = s
                         .overflow

@@ -244,7 +244,7 @@ impl SideLock {
             // a contended lock with live holders costs no check.
             let check = never || suspect == Some(cur | WAITERS) || (waited == 0 && death_recent());
             if check && !holder_alive(cur, me, id, h)? {
-                if self.take_over(cur, me, id) {
+                if self.take_over(cur, me, id, h) {
                     return Ok(Taken::FromDead);
                 }
                 races += 1;
@@ -325,7 +325,7 @@ impl SideLock {
             }
             turns = turns.wrapping_add(1);
             if turns % SPIN_CHECK == 0 && !holder_alive(cur, me, id, h)? {
-                if self.take_over(cur, me, id) {
+                if self.take_over(cur, me, id, h) {
                     return Ok(Taken::FromDead);
                 }
                 continue;
@@ -361,7 +361,7 @@ impl SideLock {
         if tid == TID_MASK || key == 0 {
             // No thread or process has this identity (an abandoned lock, or a peer's value):
             // dead without asking anyone.
-            return match self.take_over(cur, me, id) {
+            return match self.take_over(cur, me, id, h) {
                 true => Look::Done(Ok(Taken::FromDead)),
                 false => Look::Again,
             };
@@ -378,7 +378,7 @@ impl SideLock {
             // The word names this thread, which does not hold the lock: a peer wrote our
             // identity there. Nobody holds it: take it over, and have the caller recover the
             // side's state.
-            return match self.take_over(cur, me, id) {
+            return match self.take_over(cur, me, id, h) {
                 true => Look::Done(Ok(Taken::FromDead)),
                 false => Look::Again,
             };
@@ -390,11 +390,13 @@ impl SideLock {
     /// changed.
     ///
     /// A thread of this process that released the lock and took it again between our check and
-    /// this CAS writes the very same word (same thread, same key): if the word named this
-    /// process, ask again after the CAS, and give the lock back if that thread now says it
-    /// holds (or takes) it. Another process's key cannot come back: the process is gone, and
-    /// a new one gets that key only after a pid wraps around.
-    fn take_over(&self, cur: u64, me: u64, id: u64) -> bool {
+    /// this CAS writes the very same word (same thread, same key): if the word named another
+    /// thread of this process (through this mapping's key or another mapping's of the same
+    /// pipe, see [`Holders::ours`]), ask again after the CAS, and give the lock back if that
+    /// thread now says it holds (or takes) it. Another process's key cannot come back: the
+    /// process is gone, and a new one gets that key only after a pid wraps around. A word
+    /// naming this very thread (a peer wrote our identity) needs no second question.
+    fn take_over(&self, cur: u64, me: u64, id: u64, h: &dyn Holders) -> bool {
         // AcqRel: as in `lock`; and the holder's writes before it died are visible through the
         // shared memory anyway (it can release nothing any more). Acquire (the reload below):
         // pairs with a release that overwrote us, as in `lock`.
@@ -410,8 +412,10 @@ impl SideLock {
         {
             return false;
         }
-        let ours = cur >> 32 == me >> 32 && cur & !WAITERS != me;
-        if !ours {
+        let key = (cur >> 32) as u32;
+        let another_of_ours =
+            cur & TID_MASK != me & TID_MASK && (u64::from(key) == me >> 32 || h.ours(key));
+        if !another_of_ours {
             return true;
         }
         let taken = me | (cur & WAITERS);
@@ -419,6 +423,9 @@ impl SideLock {
             self.give_back(taken, cur, me);
             return false;
         }
+        // Acquire fence: the slot reads of `involved` above (which may have read that thread's
+        // Release `held::remove`, made after its release swap) come before the reload below.
+        crate::sync::fence(Ordering::Acquire);
         // That thread neither holds nor takes the lock now. If it held it again between our
         // check and our CAS and released it since, its release (a swap to 0) overwrote our
         // identity: then we do not hold it either. A hold it starts from here on fails its CAS.

@@ -7,6 +7,8 @@ use std::sync::Arc;
 struct Fake {
     key: u32,
     alive: Vec<u32>,
+    /// Keys of this process's other mappings of the pipe.
+    mine: Vec<u32>,
 }
 
 impl Holders for Fake {
@@ -19,8 +21,8 @@ impl Holders for Fake {
     fn process_alive(&self, key: u32) -> io::Result<bool> {
         Ok(self.alive.contains(&key))
     }
-    fn ours(&self, _key: u32) -> bool {
-        false
+    fn ours(&self, key: u32) -> bool {
+        self.mine.contains(&key)
     }
 }
 
@@ -38,6 +40,7 @@ fn fake() -> Fake {
     Fake {
         key: ME,
         alive: vec![LIVE],
+        mine: Vec::new(),
     }
 }
 
@@ -122,18 +125,21 @@ fn our_own_threads_are_asked_not_trusted() {
     lock.unlock(&*h);
 }
 
-/// Threads of one process contend for one lock while every contended taker asks about the
-/// holder before it sleeps (a death was just noted): asking must never let two hold it.
-#[test]
-fn contended_takers_that_ask_never_share_the_lock() {
+/// Threads of one process contend for one lock through `mappings` while every contended
+/// taker asks about the holder before it sleeps (a death was just noted): asking must never let
+/// two hold it.
+fn contend_while_asking(mappings: Vec<Arc<Fake>>) {
     use std::sync::atomic::AtomicU32;
     note_death();
-    let h = Arc::new(fake());
     let lock = Arc::new(free());
     let inside = Arc::new(AtomicU32::new(0));
     let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (h, lock, inside) = (h.clone(), lock.clone(), inside.clone());
+        .map(|t| {
+            let (h, lock, inside) = (
+                mappings[t % mappings.len()].clone(),
+                lock.clone(),
+                inside.clone(),
+            );
             std::thread::spawn(move || {
                 for i in 0..20_000u32 {
                     lock.lock(&*h, Wait::Until(None)).unwrap();
@@ -156,6 +162,28 @@ fn contended_takers_that_ask_never_share_the_lock() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn contended_takers_that_ask_never_share_the_lock() {
+    contend_while_asking(vec![Arc::new(fake())]);
+}
+
+/// The same through two mappings of one pipe in this process (an end received from ourselves):
+/// each has its own key, and a take-over from the other's thread must ask again as from ours.
+#[test]
+fn contended_takers_through_two_mappings_never_share_the_lock() {
+    let other = ME + 100;
+    let a = Fake {
+        mine: vec![other],
+        ..fake()
+    };
+    let b = Fake {
+        key: other,
+        mine: vec![ME],
+        ..fake()
+    };
+    contend_while_asking(vec![Arc::new(a), Arc::new(b)]);
 }
 
 #[test]
