@@ -42,8 +42,8 @@ fn kernel_slots(fd: BorrowedFd<'_>) -> u64 {
 /// the ring holds data, so an epoll/tokio reader in another process sleeps forever.
 #[test]
 fn a_forged_packet_count_does_not_hide_published_data_from_poll() {
-    // With the forking tests: the peer's mapping holds a second descriptor of the memory file,
-    // which a child forked meanwhile inherits, and which
+    // With the forking tests: the peer's mapping holds a second descriptor of the memory file
+    // (as `to_fds` does in the tests below), which a child forked meanwhile inherits, and which
     // `a_fork_during_key_taking_leaks_no_reference_to_the_key_description` counts as a leak.
     let _serial = children::serial();
     let (w, r): (Writer, Reader) = pagepipe::pipe().unwrap();
@@ -70,6 +70,7 @@ fn a_forged_packet_count_does_not_hide_published_data_from_poll() {
 /// pipe was used again.
 #[test]
 fn a_junk_packet_does_not_leave_an_empty_pipe_readable_forever() {
+    let _serial = children::serial(); // a second memory-file descriptor: see the first test
     let (w, mut r): (Writer, Reader) = pagepipe::pipe().unwrap();
     let [_memfd, wsig] = w.to_fds().unwrap(); // what any writer holder has
     let rfd = r.as_fd().as_raw_fd();
@@ -251,6 +252,7 @@ fn clear_o_direct(fd: BorrowedFd<'_>) {
 /// sleeps forever with room in the ring.
 #[test]
 fn clearing_o_direct_on_the_shared_write_end_loses_no_writable_edge() {
+    let _serial = children::serial(); // a second memory-file descriptor: see the first test
     let (w, mut r): (Writer, Reader) = pagepipe::pipe().unwrap();
     let [_memfd, peer_w] = w.to_fds().unwrap(); // any writer holder's descriptor
     let wfd = w.as_fd().as_raw_fd();
@@ -440,6 +442,7 @@ fn a_grown_full_pipe_polls_pollout_over_the_pipe_page_soft_limit() {
 /// forever in `read_byte` (holding `sig_lock`, so every other sync gives up after 1 s).
 #[test]
 fn a_splice_and_a_cleared_o_nonblock_do_not_block_a_non_blocking_read() {
+    let _serial = children::serial(); // a second memory-file descriptor: see the first test
     use std::os::unix::net::UnixStream;
     let (w, r): (Writer, Reader) = pagepipe::pipe().unwrap();
     let [_memfd, peer_r] = r.to_fds().unwrap(); // any reader holder's descriptor
