@@ -32,12 +32,6 @@ pub(crate) fn hold() -> Hold {
 /// The exclusive hold of the forking thread, across the fork; see [`exclusive`].
 pub(crate) struct Exclusive(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>);
 
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        FORKING_HERE.with(|f| f.set(false));
-    }
-}
-
 /// The forking thread's own prepare steps are done: from here its [`hold`]s wait for the gate
 /// as anyone's (a user's prepare handler that runs after ours and makes a pipe must not pass:
 /// that pipe would count as confined to the parent).

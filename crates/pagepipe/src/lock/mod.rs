@@ -439,10 +439,12 @@ impl SideLock {
     /// `two holders` failure of `contended_takers_that_ask_never_share_the_lock`, about 3 runs
     /// in 100). So while the word names us, with or without the flag, it gets `cur`'s identity
     /// back with the flag as it is now; once it names anyone else (the holder released it, and
-    /// maybe someone took it), nothing of ours is left in it.
+    /// maybe someone took it), nothing of ours is left in it. Bounded by [`RACES`] tries: only a
+    /// peer rewriting the word on purpose keeps the flag flipping, and such a peer can write
+    /// any holder into it anyway.
     fn give_back(&self, taken: u64, cur: u64, me: u64) {
         let mut now = taken;
-        loop {
+        for _ in 0..RACES {
             // Relaxed: we changed nothing; the holder keeps its lock as it took it.
             match self.word.compare_exchange(
                 now,
