@@ -16,7 +16,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// The region's words a poke may hit: the header, the slot table and the first arena pages.
+/// The region's words a poke may hit: the header's page (the header and the first 32 slots),
+/// the first 64 KiB of the arena (a default pipe's whole ring) and the page after.
 const WORDS: usize = (4096 + 64 * 1024 + 4096) / 8;
 
 /// The offset of poke target `word` (see header_word for the shared mode words left alone).

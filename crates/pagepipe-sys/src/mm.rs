@@ -68,27 +68,13 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    /// Frees the pages of `offset..offset + len` of a shared mapping (`madvise(2)`,
-    /// `MADV_REMOVE`: punches a hole in the memory file, for every process mapping it); the next
-    /// touch faults in a zeroed page.
+    /// Frees the pages of `offset..offset + len` of a shared mapping ([`advise_raw_remove`]).
     pub fn remove(&self, offset: usize, len: usize) {
         assert!(
             offset % PAGE_SIZE == 0 && offset + len <= self.len,
             "advice range out of the mapping"
         );
-        if len == 0 {
-            return;
-        }
-        // SAFETY: the range lies inside our mapping (asserted above); REMOVE discards contents
-        // the caller gave up (free ring positions), never the mapping itself.
-        let rc = unsafe { libc::madvise(self.as_ptr().add(offset).cast(), len, libc::MADV_REMOVE) };
-        // Fails only on memory that is not shared memory; the pages would then stay resident.
-        debug_assert_eq!(
-            rc,
-            0,
-            "madvise(MADV_REMOVE) failed: {}",
-            io::Error::last_os_error()
-        );
+        advise_raw_remove(self.as_ptr().wrapping_add(offset), len);
     }
 
     /// The first byte of the mapping.
@@ -112,7 +98,7 @@ impl Mapping {
         false
     }
 
-    /// How many pages of `offset..offset + len` are resident (`mincore(2)`).
+    /// How many pages of `offset..offset + len` are resident ([`resident_raw`]).
     ///
     /// # Errors
     /// The OS's error from `mincore(2)`.
@@ -121,16 +107,7 @@ impl Mapping {
             offset % PAGE_SIZE == 0 && offset + len <= self.len,
             "mincore range out of the mapping"
         );
-        let mut vec = vec![0u8; len.div_ceil(PAGE_SIZE)];
-        if len == 0 {
-            return Ok(0);
-        }
-        // SAFETY: the range lies inside our mapping and `vec` has one byte per page of it.
-        let rc = unsafe { libc::mincore(self.as_ptr().add(offset).cast(), len, vec.as_mut_ptr()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(vec.iter().filter(|b| **b & 1 != 0).count())
+        resident_raw(self.as_ptr().wrapping_add(offset), len)
     }
 }
 
@@ -139,6 +116,166 @@ impl Drop for Mapping {
         // SAFETY: the mapping is ours alone (type invariant) and nothing borrows it past drop.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// Frees the pages of `addr..addr + len` of a shared mapping (`madvise(2)`, `MADV_REMOVE`:
+/// punches a hole in the memory file, for every process mapping it); the next touch faults in
+/// a zeroed page. `addr` is page aligned; the range lies in a shared mapping of the caller's,
+/// whose contents there it gave up (free ring positions).
+pub fn advise_raw_remove(addr: *mut u8, len: usize) {
+    assert!(
+        addr as usize % PAGE_SIZE == 0,
+        "advice range not page aligned"
+    );
+    if len == 0 {
+        return;
+    }
+    // SAFETY: madvise validates the range itself (an unmapped range is an error, not UB);
+    // REMOVE discards only contents the caller gave up, never the mapping itself.
+    let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_REMOVE) };
+    // Fails only on memory that is not shared memory; the pages would then stay resident.
+    debug_assert_eq!(
+        rc,
+        0,
+        "madvise(MADV_REMOVE) failed: {}",
+        io::Error::last_os_error()
+    );
+}
+
+/// How many pages of `addr..addr + len` are resident (`mincore(2)`); `addr` is page aligned.
+///
+/// # Errors
+/// The OS's error from `mincore(2)` (`ENOMEM`: part of the range is not mapped).
+pub fn resident_raw(addr: *mut u8, len: usize) -> io::Result<usize> {
+    assert!(
+        addr as usize % PAGE_SIZE == 0,
+        "mincore range not page aligned"
+    );
+    if len == 0 {
+        return Ok(0);
+    }
+    let mut vec = vec![0u8; len.div_ceil(PAGE_SIZE)];
+    // SAFETY: mincore validates the range itself and writes one byte per page of it into
+    // `vec`, which has exactly that many.
+    let rc = unsafe { libc::mincore(addr.cast(), len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(vec.iter().filter(|b| **b & 1 != 0).count())
+}
+
+/// Reserves `len` bytes of address space aligned to `align` (a power of two, a multiple of
+/// the page size): mapped `PROT_NONE`, no memory committed, no page-table pages until
+/// something is mapped there. Returns its first byte; the caller owns it ([`unmap`]).
+///
+/// # Errors
+/// The OS's error from `mmap(2)` (`ENOMEM`).
+pub fn reserve_aligned(len: usize, align: usize) -> io::Result<NonNull<u8>> {
+    assert!(align.is_power_of_two() && align % PAGE_SIZE == 0 && len % PAGE_SIZE == 0 && len > 0);
+    let span = len + align;
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choice aliases nothing.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let start = ptr as usize;
+    let aligned = start.next_multiple_of(align);
+    // SAFETY: both trimmed pieces lie inside the reservation just made, which nothing else
+    // knows of.
+    unsafe {
+        if aligned > start {
+            libc::munmap(ptr, aligned - start);
+        }
+        let end = aligned + len;
+        if start + span > end {
+            libc::munmap(end as *mut libc::c_void, start + span - end);
+        }
+    }
+    Ok(NonNull::new(aligned as *mut u8).expect("mmap returned a null reservation"))
+}
+
+/// Maps `len` bytes of the file `fd` from offset 0, shared and readable and writable, at
+/// exactly `addr` (`mmap(2)` with `MAP_FIXED`), in place of what was there.
+///
+/// # Safety
+/// `addr..addr + len` is page aligned and lies in a reservation ([`reserve_aligned`]) or
+/// mapping of the caller's that no Rust reference points into: its contents are replaced.
+///
+/// # Errors
+/// The OS's error from `mmap(2)`; what was mapped there is then unchanged.
+pub unsafe fn map_shared_at(addr: NonNull<u8>, fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
+    let ptr = unsafe {
+        libc::mmap(
+            addr.as_ptr().cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Maps `len` bytes of the file `fd` from offset 0, shared, readable and writable, at an
+/// address of the kernel's choice; unmapped with [`unmap`].
+///
+/// # Errors
+/// The OS's error from `mmap(2)`.
+pub fn map_shared_raw(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>> {
+    let m = Mapping::shared(fd, len)?;
+    let ptr = m.ptr;
+    std::mem::forget(m); // the caller owns it now
+    Ok(ptr)
+}
+
+/// Turns `addr..addr + len` back into reserved address space (`PROT_NONE`, nothing
+/// committed), in place of the mapping there: the range stays the caller's, for a later
+/// [`map_shared_at`].
+///
+/// # Safety
+/// As for [`map_shared_at`]; nothing may use the old mapping's memory after the call.
+///
+/// # Errors
+/// The OS's error from `mmap(2)` (the old mapping is then still there).
+pub unsafe fn re_reserve(addr: NonNull<u8>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
+    let ptr = unsafe {
+        libc::mmap(
+            addr.as_ptr().cast(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Unmaps `addr..addr + len` (`munmap(2)`).
+///
+/// # Safety
+/// The range is the caller's own mapping or reservation, and nothing uses it after the call.
+pub unsafe fn unmap(addr: NonNull<u8>, len: usize) {
+    // SAFETY: as the caller promises.
+    unsafe { libc::munmap(addr.as_ptr().cast(), len) };
 }
 
 /// Faults in `len` bytes at `base + offset` without changing them (`madvise(2)`,

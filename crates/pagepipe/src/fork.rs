@@ -6,8 +6,9 @@
 //!   not exist there; then, in registration order, every registered fragment cache's spare-list
 //!   lock (held by a `shrink()` caller, the idle trimmer or a thread dropping the last fragment
 //!   of a block, a child would wait for it forever: [`crate::reclaim::Trim::hold_for_fork`]);
-//!   then the process keys' list, the region cache, the death watcher (`watch.rs`) and the
-//!   async adapters' timer (`timer.rs`, feature `tokio`).
+//!   then the process keys' list, the region cache, the death watcher (`watch.rs`), the
+//!   async adapters' timer (`timer.rs`, feature `tokio`) and the regions' cells (`cells.rs`,
+//!   a leaf lock: last).
 //! - after, in the parent: every lock taken before is unlocked.
 //! - after, in the child: the side locks forget the thread identity the parent had
 //!   ([`crate::lock::note_fork`]), every pipe gives its memory file descriptor a description
@@ -55,6 +56,9 @@ thread_local! {
     /// The death watcher's lock, held across a fork by the forking thread.
     static FORK_WATCH: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::watch::Watcher>>> =
         const { std::cell::RefCell::new(None) };
+    /// The cells' lock, held across a fork by the forking thread.
+    static FORK_CELLS: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::cells::Areas>>> =
+        const { std::cell::RefCell::new(None) };
     /// The async adapters' timer lock, held across a fork by the forking thread.
     #[cfg(feature = "tokio")]
     static FORK_TIMER: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::timer::Timer>>> =
@@ -78,6 +82,7 @@ extern "C" fn before_fork() {
     FORK_WATCH.with(|w| *w.borrow_mut() = Some(watch));
     #[cfg(feature = "tokio")]
     FORK_TIMER.with(|t| *t.borrow_mut() = Some(crate::timer::before_fork()));
+    FORK_CELLS.with(|c| *c.borrow_mut() = Some(crate::cells::lock()));
     crate::fork_gate::end_of_prepare();
 }
 
@@ -91,6 +96,7 @@ fn release_fork_locks() {
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_parent() {
+    FORK_CELLS.with(|c| drop(c.borrow_mut().take()));
     #[cfg(feature = "tokio")]
     FORK_TIMER.with(|t| drop(t.borrow_mut().take()));
     FORK_WATCH.with(|w| drop(w.borrow_mut().take()));
@@ -101,6 +107,8 @@ extern "C" fn after_fork_parent() {
 
 #[cfg(not(loom))]
 extern "C" fn after_fork_child() {
+    // The cells' list is as the parent had it: every cell and area is mapped here too.
+    FORK_CELLS.with(|c| drop(c.borrow_mut().take()));
     crate::lock::note_fork();
     crate::wait::note_fork_child();
     #[cfg(feature = "tokio")]

@@ -32,6 +32,8 @@
 // The layers (which module may use which) are in docs/ARCHITECTURE.md;
 // scripts/import-graph.py checks that no file imports another in a circle.
 mod builder;
+#[cfg(not(loom))]
+mod cells;
 mod error;
 mod fork;
 #[cfg(not(loom))]

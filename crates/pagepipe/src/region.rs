@@ -1,10 +1,19 @@
-//! A pipe's shared region: header | slot table | page arena, in one sealed memory file.
+//! A pipe's shared region: header and first slots | page arena | rest of the slot table, in one
+//! sealed memory file.
 //!
 //! Every process holding an end maps the same memory file, at an address of its own: the region
 //! holds offsets and indices, never pointers, and only fixed-width integers. The geometry is
 //! reserved when the pipe is made: positions for twice the largest ring the pipe may have
 //! ([`DEFAULT_MAX_CAPACITY`] unless its builder said otherwise; see [`positions_for`]), so
-//! resizing never remaps (a sparse memory file costs nothing until touched).
+//! resizing never changes the file (a sparse memory file costs nothing until touched).
+//!
+//! A process maps a region in two parts. The *near* part, the header's page and the first
+//! [`NEAR_BYTES`] of the arena (all of a default pipe's ring), lives in a cell of a shared
+//! area (`crate::cells`), so idle pipes share page-table pages. The *far* part is the whole
+//! file mapped once more, made the first time this process sees a ring (or a resize) that
+//! needs more than the near part ([`Region::ensure_far`]), and kept until the region goes.
+//! Once it exists every page is addressed through it, so the ring's positions are always
+//! contiguous in the address space whichever part is used; the two map the same pages.
 //!
 //! Trust: a peer may write anything anywhere in the region at any time. The immutable words
 //! (magic, version, slot size, reserved slot count, configuration) are loaded once when a process
@@ -27,7 +36,7 @@ use std::ptr::NonNull;
 /// `b"PAGEPIPE"` read as a little-endian u64: the first word of every region.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"PAGEPIPE");
 /// The region layout's version; a region of another version is refused.
-pub(crate) const VERSION: u32 = 4;
+pub(crate) const VERSION: u32 = 5;
 /// Bytes reserved for the header at the start of a region. Half a page: the slot table starts
 /// in the header's page, so a small pipe's header and slots cost one page between them.
 pub(crate) const HEADER_SIZE: usize = PAGE_SIZE / 2;
@@ -282,22 +291,38 @@ impl Slot {
     }
 }
 
-/// Where each part of a region lies, computed from its two sizes alone.
+/// Bytes of the arena in a region's near part (see the module docs): a default pipe's ring.
+pub(crate) const NEAR_BYTES: usize = 64 << 10;
+/// Slots whose bookkeeping shares the header's page; the rest follow the arena.
+pub(crate) const NEAR_SLOTS: usize = (PAGE_SIZE - HEADER_SIZE) / std::mem::size_of::<Slot>();
+/// Where the arena starts: right after the header's page.
+const ARENA: usize = PAGE_SIZE;
+#[cfg(not(loom))]
+const _: () = assert!(PAGE_SIZE + NEAR_BYTES <= crate::cells::CELL && NEAR_SLOTS == 32);
+
+/// Where each part of a region lies, computed from its two sizes alone: the header's page
+/// (header, then slots `0..NEAR_SLOTS`), the arena's `max_ring` pages, then the other slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
-    slots: usize,
-    arena: usize,
+    /// Offset of slot `NEAR_SLOTS` (the slots past the header's page).
+    far_slots: usize,
     total: usize,
+    /// Positions whose page lies in the near part.
+    near_positions: usize,
+    /// Bytes of the near part: the header's page and `near_positions` pages.
+    near_len: usize,
 }
 
 impl Layout {
     fn of(slot_size: usize, max_ring: usize) -> Layout {
-        let slots = HEADER_SIZE;
-        let arena = (slots + max_ring * std::mem::size_of::<Slot>()).next_multiple_of(PAGE_SIZE);
+        let far_slots = ARENA + max_ring * slot_size;
+        let rest = max_ring.saturating_sub(NEAR_SLOTS) * std::mem::size_of::<Slot>();
+        let near_positions = max_ring.min(NEAR_BYTES / slot_size);
         Layout {
-            slots,
-            arena,
-            total: arena + max_ring * slot_size,
+            far_slots,
+            total: far_slots + rest.next_multiple_of(PAGE_SIZE),
+            near_positions,
+            near_len: ARENA + near_positions * slot_size,
         }
     }
 }
@@ -316,8 +341,14 @@ pub(crate) struct Config {
 /// This process's view of a pipe's region.
 pub(crate) struct Region {
     header: NonNull<Header>,
+    /// Slot 0, in the near part; slots `0..near_slots` are there.
     slots: NonNull<Slot>,
+    near_slots: usize,
+    /// Position 0's page, in the near part; positions `0..near_positions` are there.
     arena: NonNull<u8>,
+    near_positions: usize,
+    /// Offset of slot `near_slots` in the far part.
+    far_slots: usize,
     /// Validated at attach; the region's own copy is never read again.
     pub(crate) config: Config,
     /// Slot positions (and pages) reserved: the largest ring this region can hold.
@@ -328,10 +359,17 @@ pub(crate) struct Region {
     _heap: (Box<Header>, Box<[Slot]>, Box<[std::cell::UnsafeCell<u8>]>),
 }
 
-/// The memory file and this process's mapping of it.
+/// The memory file and this process's mappings of it.
 #[cfg(not(loom))]
 struct Backing {
-    map: crate::sys::mm::Mapping,
+    /// The near part, in a cell.
+    near: crate::cells::Cell,
+    /// The whole file, mapped at the first need (see [`Region::ensure_far`]); null until then.
+    /// Never unmapped while the region lives (callers hold pointers into it), except by
+    /// [`Region::punch`], which no other user of the region can overlap.
+    far: std::sync::atomic::AtomicPtr<u8>,
+    /// The file's size: the far part's length.
+    total: usize,
     /// This process's descriptor of the memory file, -1 once a forked child could not reopen
     /// it. Until the process takes its key ([`KEYED`]) it names the description the mapping was
     /// made from; from then on a description of its own, opened again for the key's lock and
@@ -353,10 +391,12 @@ const KEYED: u8 = 2;
 
 #[cfg(not(loom))]
 impl Backing {
-    fn new(map: crate::sys::mm::Mapping, memfd: std::os::fd::OwnedFd) -> Backing {
+    fn new(near: crate::cells::Cell, memfd: std::os::fd::OwnedFd, total: usize) -> Backing {
         use std::os::fd::IntoRawFd;
         Backing {
-            map,
+            near,
+            far: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            total,
             memfd: std::sync::atomic::AtomicI32::new(memfd.into_raw_fd()),
             keyed: std::sync::atomic::AtomicU8::new(UNKEYED),
         }
@@ -366,6 +406,11 @@ impl Backing {
 #[cfg(not(loom))]
 impl Drop for Backing {
     fn drop(&mut self) {
+        if let Some(far) = NonNull::new(*self.far.get_mut()) {
+            // SAFETY: the far part is this region's own mapping of `total` bytes, and nothing
+            // points into it once the region is dropped.
+            unsafe { crate::sys::mm::unmap(far, self.total) };
+        }
         let raw = *self.memfd.get_mut();
         if raw >= 0 {
             crate::sys::fd::close_raw(raw);
@@ -523,9 +568,10 @@ impl Region {
         let layout = Layout::of(config.slot_size, max_ring);
         let memfd = crate::sys::memfd::sealed_memfd(layout.total as u64)?;
         use std::os::fd::AsFd;
-        let map = crate::sys::mm::Mapping::shared(memfd.as_fd(), layout.total)?;
-        let region = Region::from_backing(Backing::new(map, memfd), layout, config, max_ring);
-        region.init(ring_size);
+        let near = crate::cells::Cell::map(memfd.as_fd(), layout.near_len)?;
+        let backing = Backing::new(near, memfd, layout.total);
+        let region = Region::from_backing(backing, layout, config, max_ring);
+        region.init(ring_size)?;
         Ok(region)
     }
 
@@ -575,32 +621,42 @@ impl Region {
         let region = Region {
             header: NonNull::from(&*header),
             slots: NonNull::new(slots.as_ptr() as *mut Slot).unwrap(),
+            near_slots: ring_size,
             arena: NonNull::new(arena.as_ptr() as *mut u8).unwrap(),
+            near_positions: ring_size,
+            far_slots: 0,
             config,
             max_ring: ring_size,
             _heap: (header, slots, arena),
         };
-        region.init(ring_size);
+        region.init(ring_size)?;
         Ok(region)
     }
 
     #[cfg(not(loom))]
     fn from_backing(backing: Backing, layout: Layout, config: Config, max_ring: usize) -> Region {
-        let base = backing.map.as_ptr();
-        debug_assert!(layout.total <= backing.map.len());
-        // SAFETY: (all three) the offsets come from `layout`, which the mapping's length covers
-        // (checked by the callers), and a mapping is never at address 0.
+        let base = backing.near.as_ptr();
+        assert!(
+            layout.near_len <= backing.near.len(),
+            "the near part is not mapped"
+        );
+        // SAFETY: (all three) the offsets lie in the near part, which the cell's mapping covers
+        // (asserted above: ARENA is the header's page, HEADER_SIZE is inside it), and a mapping
+        // is never at address 0.
         let (header, slots, arena) = unsafe {
             (
                 NonNull::new_unchecked(base.cast::<Header>()),
-                NonNull::new_unchecked(base.add(layout.slots).cast::<Slot>()),
-                NonNull::new_unchecked(base.add(layout.arena)),
+                NonNull::new_unchecked(base.add(HEADER_SIZE).cast::<Slot>()),
+                NonNull::new_unchecked(base.add(ARENA)),
             )
         };
         Region {
             header,
             slots,
+            near_slots: max_ring.min(NEAR_SLOTS),
             arena,
+            near_positions: layout.near_positions,
+            far_slots: layout.far_slots,
             config,
             max_ring,
             backing,
@@ -608,7 +664,13 @@ impl Region {
     }
 
     /// Writes the immutable words and the initial state; the region is not yet shared.
-    fn init(&self, ring_size: usize) {
+    ///
+    /// # Errors
+    /// As [`Region::ensure_far`], for a ring larger than the near part.
+    fn init(&self, ring_size: usize) -> io::Result<()> {
+        if !self.fits_near(ring_size) {
+            self.ensure_far()?;
+        }
         let h = self.header();
         let c = self.config;
         h.magic.store(MAGIC, Ordering::Relaxed);
@@ -628,6 +690,7 @@ impl Region {
                 .state
                 .store(RELEASED | DROPPED, Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Maps a region received from another process (or this one) and validates it.
@@ -646,12 +709,13 @@ impl Region {
         }
         let size = usize::try_from(size)
             .ok()
-            .filter(|s| *s >= HEADER_SIZE && s % PAGE_SIZE == 0)
+            .filter(|s| *s >= PAGE_SIZE && s % PAGE_SIZE == 0)
             .ok_or_else(|| invalid(format!("a memory file of {size} bytes is not a region")))?;
-        let map = crate::sys::mm::Mapping::shared(memfd.as_fd(), size)?;
-        // SAFETY: the mapping is at least HEADER_SIZE bytes, page aligned, and Header is all
-        // atomics, valid for any bit pattern.
-        let h = unsafe { &*map.as_ptr().cast::<Header>() };
+        // The header's page first; the near part is mapped in full once the header is read.
+        let mut near = crate::cells::Cell::map(memfd.as_fd(), PAGE_SIZE)?;
+        // SAFETY: the mapping is a page, page aligned, and Header is all atomics, valid for any
+        // bit pattern; `h` is not used after `near` is extended below.
+        let h = unsafe { &*near.as_ptr().cast::<Header>() };
         let magic = h.magic.load(Ordering::Relaxed);
         if magic != MAGIC {
             return Err(invalid(format!("bad region magic {magic:#x}")));
@@ -704,8 +768,9 @@ impl Region {
             slot_size,
             notes,
         };
+        near.extend(memfd.as_fd(), layout.near_len)?;
         Ok(Region::from_backing(
-            Backing::new(map, memfd),
+            Backing::new(near, memfd, size),
             layout,
             config,
             max_ring,
@@ -726,17 +791,31 @@ impl Region {
     /// as the zeros a new memory file holds, and costs no memory. For a region no other
     /// process maps (see `pipe::cache`).
     #[cfg(not(loom))]
-    pub(crate) fn punch(&self) {
-        self.backing.map.remove(0, self.backing.map.len());
+    /// The far part, if it was mapped, is unmapped: the next pipe may not need it.
+    pub(crate) fn punch(&mut self) {
+        use crate::sys::mm;
+        let far = std::mem::replace(self.backing.far.get_mut(), std::ptr::null_mut());
+        if let Some(far) = NonNull::new(far) {
+            mm::advise_raw_remove(far.as_ptr(), self.backing.total);
+            // SAFETY: the far part is this region's own mapping of `total` bytes, and `&mut
+            // self` means nothing points into it.
+            unsafe { mm::unmap(far, self.backing.total) };
+        } else {
+            // Nothing in this process touched the far part, and no other process maps it.
+            mm::advise_raw_remove(self.backing.near.as_ptr(), self.backing.near.len());
+        }
     }
 
     /// Makes a punched region ([`Region::punch`]) a new pipe's: `config`, a ring of
     /// `ring_size` slots, as [`Region::create`] would.
+    ///
+    /// # Errors
+    /// As [`Region::ensure_far`], for a ring larger than the near part.
     #[cfg(not(loom))]
-    pub(crate) fn reuse(&mut self, config: Config, ring_size: usize) {
+    pub(crate) fn reuse(&mut self, config: Config, ring_size: usize) -> io::Result<()> {
         debug_assert!(ring_size <= self.reach() && ring_size.is_power_of_two());
         self.config = config;
-        self.init(ring_size);
+        self.init(ring_size)
     }
 
     /// The largest ring `set_capacity` may make: half the reserved positions (the other half
@@ -851,29 +930,147 @@ impl Region {
     /// Slot position `pos`'s bookkeeping.
     ///
     /// # Panics
-    /// If `pos >= max_ring` (callers derive positions from a validated ring size).
+    /// If `pos >= max_ring` (callers derive positions from a validated ring size), or if the
+    /// slot lies in the far part and this process has not mapped it: every position past the
+    /// near part comes from a ring size [`Region::ring_size`] validated (which maps the far
+    /// part first) or from a resize, which maps it before it stages ([`Region::ensure_far`]).
+    #[inline]
     pub(crate) fn slot(&self, pos: usize) -> &Slot {
         assert!(pos < self.max_ring, "slot position {pos} out of the region");
-        // SAFETY: pos < max_ring, and the slot table holds max_ring slots of atomics.
-        unsafe { &*self.slots.as_ptr().add(pos) }
+        if pos < self.near_slots {
+            // SAFETY: pos < near_slots: inside the header's page, which holds near_slots slots of
+            // atomics after the header.
+            return unsafe { &*self.slots.as_ptr().add(pos) };
+        }
+        let far = self.far();
+        assert!(
+            !far.is_null(),
+            "slot {pos} is in the far part, not mapped here"
+        );
+        let off = self.far_slots + (pos - self.near_slots) * std::mem::size_of::<Slot>();
+        // SAFETY: the far part maps the whole file, whose slots past the header's page start
+        // at `far_slots` and hold max_ring - near_slots slots (pos < max_ring); aligned to 64
+        // (far_slots is a page multiple).
+        unsafe { &*far.add(off).cast::<Slot>() }
     }
 
     /// The first byte of position `pos`'s page.
     ///
     /// # Panics
-    /// If `pos >= max_ring`.
+    /// As [`Region::slot`].
+    #[inline]
     pub(crate) fn page(&self, pos: usize) -> *mut u8 {
-        assert!(pos < self.max_ring, "page position {pos} out of the region");
-        // SAFETY: pos < max_ring, so the offset stays inside the arena of max_ring pages.
-        unsafe { self.arena.as_ptr().add(pos * self.config.slot_size) }
+        self.run(pos, 1)
     }
 
-    /// The current ring size, validated: a power of two of at most `max_ring` slots.
+    /// The first byte of the `count` pages of positions `first..first + count`, which are
+    /// contiguous: in the far part once it is mapped, else in the near part.
+    ///
+    /// # Panics
+    /// If the positions pass `max_ring`, or the near part while the far part is not mapped.
+    #[inline]
+    fn run(&self, first: usize, count: usize) -> *mut u8 {
+        let end = first.checked_add(count);
+        assert!(
+            end.is_some_and(|e| e <= self.max_ring),
+            "page positions {first}+{count} out of the region"
+        );
+        let off = first * self.config.slot_size;
+        let far = self.far();
+        if far.is_null() {
+            assert!(
+                end.is_some_and(|e| e <= self.near_positions),
+                "page positions {first}+{count} are in the far part, not mapped here"
+            );
+            // SAFETY: the positions lie in the near part's arena (asserted above).
+            unsafe { self.arena.as_ptr().add(off) }
+        } else {
+            // SAFETY: the far part maps the whole file, whose arena of max_ring pages starts at
+            // ARENA; the positions lie in it (asserted above).
+            unsafe { far.add(ARENA + off) }
+        }
+    }
+
+    /// The far part's first byte, or null while this process has not mapped it.
+    #[inline]
+    fn far(&self) -> *mut u8 {
+        #[cfg(not(loom))]
+        {
+            // Acquire: pairs with the Release CAS in `map_far` (the mapping exists first).
+            self.backing.far.load(std::sync::atomic::Ordering::Acquire)
+        }
+        #[cfg(loom)]
+        {
+            std::ptr::null_mut()
+        }
+    }
+
+    /// Whether a ring of `ring` slots lies wholly in the near part.
+    #[inline]
+    fn fits_near(&self, ring: usize) -> bool {
+        ring <= self.near_positions && ring <= self.near_slots
+    }
+
+    /// Maps the far part if this process has not yet: before any use of a slot or page past
+    /// the near part.
+    ///
+    /// # Errors
+    /// The OS's error if the file cannot be opened again (no `/proc`, a full descriptor table)
+    /// or mapped (no address space); `BrokenPipe` as for [`Region::memfd`].
+    pub(crate) fn ensure_far(&self) -> io::Result<()> {
+        if self.far().is_null() {
+            #[cfg(not(loom))]
+            return self.map_far();
+        }
+        Ok(())
+    }
+
+    /// [`Region::ensure_far`]'s mapping. From a description of its own, opened again for it
+    /// and closed after: never the key's (a mapping holds its description, and a forked child
+    /// inherits the mapping, so the key's lock would outlive this process; see
+    /// [`Region::key_description`]).
+    #[cfg(not(loom))]
+    #[cold]
+    fn map_far(&self) -> io::Result<()> {
+        use std::sync::atomic::Ordering as O;
+        // No fork while the spare descriptor is open: a child would inherit it, unknown to it.
+        let no_fork = crate::fork_gate::hold();
+        let fd = crate::sys::fd::reopen(self.memfd()?)?;
+        let total = self.backing.total;
+        let far = crate::sys::mm::map_shared_raw(std::os::fd::AsFd::as_fd(&fd), total);
+        drop(fd);
+        drop(no_fork);
+        let far = far?;
+        // Release: the mapping exists before any thread sees the pointer (pairs with `far`).
+        let won = self.backing.far.compare_exchange(
+            std::ptr::null_mut(),
+            far.as_ptr(),
+            O::Release,
+            O::Relaxed,
+        );
+        if won.is_err() {
+            // Another thread mapped it first.
+            // SAFETY: our own mapping of `total` bytes, never published.
+            unsafe { crate::sys::mm::unmap(far, total) };
+        }
+        Ok(())
+    }
+
+    /// The current ring size, validated: a power of two of at most `max_ring` slots. A ring
+    /// larger than the near part gets the far part mapped first, so every position derived
+    /// from the size can be used.
+    ///
+    /// # Errors
+    /// `InvalidData` for a bad size; as [`Region::ensure_far`].
+    #[inline]
     pub(crate) fn ring_size(&self) -> io::Result<usize> {
         // Acquire: pairs with the Release store in set_capacity (made with both sides held).
         let v = self.header().ring_size.load(Ordering::Acquire) as usize;
         if v == 0 || !v.is_power_of_two() || v > self.max_ring {
             return Err(invalid(format!("bad ring size {v} in the region")));
+        }
+        if !self.fits_near(v) {
+            self.ensure_far()?;
         }
         Ok(v)
     }
@@ -891,35 +1088,33 @@ impl Region {
     }
 
     /// Gives the pages of `count` positions from `first` back to the OS.
+    ///
+    /// # Panics
+    /// As [`Region::run`].
     pub(crate) fn drop_pages(&self, first: usize, count: usize) {
-        assert!(
-            first + count <= self.max_ring,
-            "page range out of the region"
-        );
+        let run = self.run(first, count);
         #[cfg(not(loom))]
-        {
-            let ss = self.config.slot_size;
-            let off = self.arena.as_ptr() as usize - self.backing.map.as_ptr() as usize;
-            self.backing.map.remove(off + first * ss, count * ss);
-        }
+        crate::sys::mm::advise_raw_remove(run, count * self.config.slot_size);
+        #[cfg(loom)]
+        let _ = run;
     }
 
     /// Faults in the pages of `count` positions from `first` (contents unchanged).
+    ///
+    /// # Panics
+    /// As [`Region::run`].
     pub(crate) fn populate(&self, first: usize, count: usize) {
-        assert!(
-            first + count <= self.max_ring,
-            "page range out of the region"
-        );
+        let run = self.run(first, count);
         #[cfg(not(loom))]
-        crate::sys::mm::advise_raw_populate(self.page(first), 0, count * self.config.slot_size);
+        crate::sys::mm::advise_raw_populate(run, 0, count * self.config.slot_size);
+        #[cfg(loom)]
+        let _ = run;
     }
 
     /// Resident 4 KiB pages of position `pos`'s page (`mincore(2)`).
     #[cfg(not(loom))]
     pub(crate) fn resident_pages(&self, pos: usize) -> io::Result<usize> {
-        let ss = self.config.slot_size;
-        let off = self.page(pos) as usize - self.backing.map.as_ptr() as usize;
-        self.backing.map.resident_pages(off, ss)
+        crate::sys::mm::resident_raw(self.page(pos), self.config.slot_size)
     }
 }
 
@@ -957,17 +1152,64 @@ mod tests {
     }
 
     /// A default pipe reserves room to grow to 1 MiB and to stage that much: 2 MiB and a slot
-    /// table, well under issue 23's 64 MiB of address space for a 64 KiB pipe; its first data
-    /// page lies within 40 KiB of the header (one page-cache index node for both).
+    /// table, well under issue 23's 64 MiB of address space for a 64 KiB pipe. Its whole
+    /// 64 KiB ring is in the near part, a cell's worth.
     #[test]
     fn layout_reserves_twice_the_reach() {
         let reach = DEFAULT_MAX_CAPACITY / 4096;
-        let l = Layout::of(4096, positions_for(reach));
-        assert_eq!(l.slots, 2048);
-        assert_eq!(l.arena, (2048 + 2 * reach * 64).next_multiple_of(4096));
-        assert_eq!(l.total, l.arena + 2 * DEFAULT_MAX_CAPACITY);
+        let max_ring = positions_for(reach);
+        let l = Layout::of(4096, max_ring);
+        assert_eq!(l.far_slots, 4096 + 2 * DEFAULT_MAX_CAPACITY);
+        assert_eq!(
+            l.total,
+            l.far_slots + ((max_ring - 32) * 64).next_multiple_of(4096)
+        );
         assert!(l.total <= 64 << 20);
-        assert!(l.arena <= 40 << 10, "{l:?}");
+        assert_eq!(l.near_positions, 16);
+        assert_eq!(l.near_len, crate::cells::CELL);
+        // Big slots: no page in the near part, only the header's.
+        let big = Layout::of(1 << 20, 4);
+        assert_eq!((big.near_positions, big.near_len), (0, 4096));
+        assert_eq!(big.total, 4096 + (4 << 20));
+    }
+
+    /// A default pipe's region lives in a cell (its header and whole ring within one cell of
+    /// a 2 MiB-aligned area); a ring larger than the near part maps the far part, through which
+    /// the same pages read the same, and slots past the header's page become reachable.
+    #[test]
+    fn a_region_is_near_until_its_ring_outgrows_the_cell() {
+        use crate::cells::{AREA, CELL};
+        let config = Config {
+            policy: PoolPolicy::default(),
+            packet: false,
+            slot_size: PAGE_SIZE,
+            notes: 0,
+        };
+        let r = Region::create(16, config, 256).unwrap();
+        let base = r.header() as *const Header as usize;
+        assert_eq!(base % AREA % CELL, 0, "the header starts a cell");
+        assert!(r.far().is_null(), "a default ring needs no far part");
+        let last = r.page(15) as usize;
+        assert!(last + PAGE_SIZE <= base + CELL, "the ring lies in the cell");
+        // SAFETY: position 3's page is free and nothing else uses this region.
+        unsafe { r.page(3).add(5).write(42) };
+        r.header().ring_size.store(64, Ordering::Relaxed);
+        assert_eq!(r.ring_size().unwrap(), 64);
+        assert!(!r.far().is_null(), "a 64-slot ring maps the far part");
+        assert_ne!(
+            r.page(3) as usize,
+            last - 12 * PAGE_SIZE,
+            "pages now go through it"
+        );
+        // SAFETY: as above.
+        assert_eq!(unsafe { r.page(3).add(5).read() }, 42, "the same page");
+        r.slot(63).start.store(7, Ordering::Relaxed);
+        assert_eq!(r.slot(63).start.load(Ordering::Relaxed), 7);
+        assert_eq!(
+            r.slot(31).state.load(Ordering::Relaxed),
+            0,
+            "slot 31: free, never used"
+        );
     }
 
     #[test]

@@ -25,12 +25,14 @@ enum Op {
     Poke(usize, u64),
 }
 
-/// Offsets worth corrupting: every header word, the first slots' states and starts, arena bytes.
+/// Offsets worth corrupting: every header word, the slots' states and starts (the 32 slots in
+/// the header's page: a default ring has 16), arena bytes.
 fn offset() -> impl Strategy<Value = usize> {
     prop_oneof![
         (0usize..160).prop_map(header_word),          // header (1.25 KiB)
-        (0usize..64).prop_map(|s| 2048 + s * 64),     // slot states
-        (0usize..64).prop_map(|s| 2048 + s * 64 + 8), // slot starts
+        (0usize..32).prop_map(|s| 2048 + s * 64),     // slot states
+        (0usize..32).prop_map(|s| 2048 + s * 64 + 8), // slot starts
+        (0usize..16, 0usize..4).prop_map(|(p, w)| ARENA + p * 4096 + w * 8), // data
     ]
 }
 
@@ -248,11 +250,9 @@ fn a_slot_shrunk_under_a_chunk_does_not_make_consume_panic() {
     );
 }
 
-/// Where the ring's first page starts in the region of a default pipe with 4 KiB slots: the
-/// header's half page, then the slot table for twice the largest ring (16 MiB of slots, 64
-/// bytes each), rounded up to a page.
-const ARENA: usize =
-    (2048 + 2 * (pagepipe::DEFAULT_MAX_CAPACITY / 4096) * 64).next_multiple_of(4096);
+/// Where the ring's first page starts in a region: right after the header's page (which holds
+/// the header and the first 32 slots).
+const ARENA: usize = 4096;
 
 /// Once another process may hold an end, a read chunk's safe slices are this process's copy:
 /// a peer's write to the ring leaves them as they were (a `&[u8]` over memory a peer writes

@@ -542,6 +542,35 @@ fn ends_travel_over_a_unix_socket_to_another_process() {
     assert_eq!(reap(child), 0);
 }
 
+/// A received end maps only the header's page and the first 64 KiB of ring until it meets a
+/// larger ring: a pipe grown to 1 MiB before its end travels, and grown again while the
+/// receiver reads, delivers every byte in order, in both directions of the journey.
+#[test]
+fn a_received_end_of_a_grown_pipe_reads_and_writes_every_byte() {
+    let _serial = serial();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (w, r) = pipe().unwrap();
+    assert_eq!(w.set_capacity(1 << 20).unwrap(), 1 << 20);
+    let data: Vec<u8> = (0..900_000u32).map(|i| (i % 251) as u8).collect();
+    (&w).write_all(&data).unwrap(); // queued past the near part
+    r.send_to(&a).unwrap();
+    drop(r);
+    // Received in this process: a second mapping of its own, not the one that grew.
+    let r2 = Reader::recv_from(&b).unwrap();
+    let mut got = vec![0u8; data.len()];
+    (&r2).read_exact(&mut got).unwrap();
+    assert!(got == data, "the received end read other bytes");
+    w.send_to(&a).unwrap();
+    drop(w);
+    let w2 = Writer::recv_from(&b).unwrap();
+    assert_eq!(w2.set_capacity(64 << 10).unwrap(), 64 << 10);
+    (&w2).write_all(b"after the shrink").unwrap();
+    drop(w2);
+    let mut tail = Vec::new();
+    (&r2).read_to_end(&mut tail).unwrap();
+    assert_eq!(tail, b"after the shrink");
+}
+
 #[test]
 fn receiving_something_else_is_invalid_data() {
     let _serial = serial();

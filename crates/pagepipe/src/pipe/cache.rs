@@ -59,7 +59,7 @@ pub(crate) fn take(config: Config, ring_size: usize, reach: usize) -> Option<Reg
         cache.owner = None;
     }
     drop(cache);
-    region.reuse(config, ring_size);
+    region.reuse(config, ring_size).ok()?;
     Some(region)
 }
 
@@ -69,6 +69,7 @@ pub(crate) fn give(region: Region) {
     if region.config.notes != 0 {
         return;
     }
+    let mut region = region;
     region.punch();
     let mut cache = lock();
     if cache.waiting.len() >= CACHED {

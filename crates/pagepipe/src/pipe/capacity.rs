@@ -59,6 +59,8 @@ impl Shared {
             ));
         }
         if new_ring != old_ring {
+            // The staging positions lie past both rings, in the far part.
+            self.region.ensure_far()?;
             self.stage(&ws, tail, old_ring, new_ring)?;
             self.apply_resize(&ws, &rs)?;
         }
@@ -119,6 +121,9 @@ impl Shared {
     /// pages. Idempotent until the journal is cleared: the staged copies are read, never
     /// written. Everything in the journal is checked against the ring first. Both sides held.
     pub(crate) fn apply_resize(&self, ws: &WriteGuard<'_>, rs: &ReadGuard<'_>) -> io::Result<()> {
+        // The staged copies lie past both rings, in the far part (a taker finishing a dead
+        // resizer's work may not have mapped it yet).
+        self.region.ensure_far()?;
         let h = self.header();
         let j = &h.resize;
         // Acquire: as in `Shared::resize_pending`.
