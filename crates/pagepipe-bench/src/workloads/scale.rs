@@ -210,6 +210,10 @@ pub fn measure(t: Transport, a: &Args) -> io::Result<Run> {
         rec.metric("memcg_kib_per_pipe", all);
         rec.metric("memcg_kernel_kib_per_pipe", kernel);
     }
+    if let (Some(heap), Some(memory)) = (idle.heap_kib, idle.memory_kib()) {
+        rec.metric("heap_kib_per_pipe", heap);
+        rec.metric("memory_kib_per_pipe", memory);
+    }
     rec.metric("live_pipes", live as f64);
     Ok(Run {
         record: rec,
@@ -218,7 +222,7 @@ pub fn measure(t: Transport, a: &Args) -> io::Result<Run> {
 }
 
 /// Every metric, in table order.
-pub const COLUMNS: [Column; 10] = [
+pub const COLUMNS: [Column; 12] = [
     Column::new("create_drop_p50_ns", "create+drop p50 µs", 1e3, 2),
     Column::new("create_drop_p99_ns", "create+drop p99 µs", 1e3, 2),
     Column::new("fds_per_pipe", "fds / idle pipe", 1.0, 2),
@@ -230,6 +234,13 @@ pub const COLUMNS: [Column; 10] = [
     Column::new(
         "memcg_kernel_kib_per_pipe",
         "of it kernel KiB / pipe",
+        1.0,
+        1,
+    ),
+    Column::new("heap_kib_per_pipe", "heap KiB / pipe", 1.0, 2),
+    Column::new(
+        "memory_kib_per_pipe",
+        "memcg, heap exact, KiB / pipe",
         1.0,
         1,
     ),

@@ -137,9 +137,13 @@ fn rows(kernel: &[Record], pagepipe: &[Record], a: &Args) -> Vec<Row> {
         // ratio >= 2/3 is kernel/pagepipe <= 3/2.
         &|k, p| ratio(p, k).map_or(Verdict::NotApplicable, |r| Verdict::at_most(r.1, r.2, 1.5)),
     );
-    let memcg = values(kernel, "memcg_kib_per_pipe").is_some()
-        && values(pagepipe, "memcg_kib_per_pipe").is_some();
-    let (what, metric) = if memcg {
+    let has = |m: &str| values(kernel, m).is_some() && values(pagepipe, m).is_some();
+    let (what, metric) = if has("memory_kib_per_pipe") {
+        (
+            "idle memory per pipe (memcg, heap exact)",
+            "memory_kib_per_pipe",
+        )
+    } else if has("memcg_kib_per_pipe") {
         ("idle memory per pipe (memcg)", "memcg_kib_per_pipe")
     } else {
         ("idle memory per pipe (PSS; no memcg)", "pss_kib_per_pipe")
