@@ -1,7 +1,9 @@
 //! Fork handling, in one place: the `pthread_atfork(3)` handlers, which call the parts that care.
 //!
 //! - before: the pipes note the fork and make their async adapters' descriptors exact (a pipe
-//!   may have ends in two processes afterwards, see `pipe::end::before_fork`); then the spare
+//!   may have ends in two processes afterwards, see `pipe::end::before_fork`); every pipe
+//!   makes its provisional key real (`Shared::key_before_fork`: the child will see the lock
+//!   words the parent's threads write, and must find their key locked); then the spare
 //!   memory registry's lock is taken, so the child never inherits it held by a thread that does
 //!   not exist there; then, in registration order, every registered fragment cache's spare-list
 //!   lock (held by a `shrink()` caller, the idle trimmer or a thread dropping the last fragment
@@ -71,6 +73,9 @@ extern "C" fn before_fork() {
     FORK_EXCL.with(|x| *x.borrow_mut() = Some(excl));
     crate::pipe::end::before_fork();
     let guard = registry();
+    // After the fork is counted (above) and before the keys' list is locked (below): every
+    // provisional key becomes real (see `Shared::take_key`).
+    guard.owners_before_fork();
     let holds = guard.hold_owners_for_fork();
     FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));

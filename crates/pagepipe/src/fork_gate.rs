@@ -6,7 +6,15 @@
 //! fork itself would count as confined to the parent while the child holds it) and while a
 //! descriptor number is briefly doubled (the key description's reopening: a spare descriptor
 //! open at the fork would give the child a reference to the parent's key description; the far
-//! part's mapping, whose spare descriptor the child would inherit unknown to it).
+//! part's mapping, `Region::ensure_far`, whose spare descriptor the child would inherit unknown
+//! to it), and
+//! while a pipe decides between a provisional and a real key (`Shared::take_key`) or makes its
+//! provisional key real on the way out (`Shared::expose_key`): the prepare handler makes every
+//! provisional key real, and must see every one recorded before the fork.
+//!
+//! A thread may hold it more than once (a nested [`hold`] passes): the standard `RwLock` may
+//! not be read-locked twice by one thread (a writer waiting between the two would deadlock
+//! them).
 
 /// The gate.
 static FORKING: std::sync::RwLock<()> = std::sync::RwLock::new(());
@@ -14,34 +22,44 @@ static FORKING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 thread_local! {
     /// This thread holds the gate exclusively: it is forking, inside the prepare handler.
     static FORKING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Shared holds this thread has now: a nested [`hold`] passes (a second read of a
-    /// `RwLock` whose writer waits would deadlock).
-    static HOLDS_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Shared holds of the gate this thread has now (only the first one locks it).
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// A shared hold of the gate, or nothing for the forking thread itself.
-pub(crate) struct Hold(Option<std::sync::RwLockReadGuard<'static, ()>>);
+/// A shared hold of the gate; nothing for the forking thread itself (`counted` false) or for
+/// a hold nested in another of this thread's (`guard` `None`).
+pub(crate) struct Hold {
+    #[allow(dead_code)]
+    guard: Option<std::sync::RwLockReadGuard<'static, ()>>,
+    counted: bool,
+}
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        HOLDS_HERE.with(|n| n.set(n.get() - 1));
-        drop(self.0.take());
+        if self.counted {
+            DEPTH.with(|d| d.set(d.get() - 1));
+        }
+        // `guard`, if any, is dropped after this: the thread's last hold unlocks the gate.
     }
 }
 
 /// Keeps this process from forking until dropped. The forking thread itself passes: what its
 /// prepare handler does (making a pipe's descriptor exact, which may take the process's key on
 /// the pipe) finishes before the fork, so it cannot straddle it; waiting for the gate it holds
-/// would deadlock the fork. A thread that holds the gate already passes too.
+/// would deadlock the fork.
 pub(crate) fn hold() -> Hold {
-    let nested = HOLDS_HERE.with(|n| {
-        n.set(n.get() + 1);
-        n.get() > 1
-    });
-    if nested || FORKING_HERE.with(std::cell::Cell::get) {
-        return Hold(None);
+    if FORKING_HERE.with(std::cell::Cell::get) {
+        return Hold {
+            guard: None,
+            counted: false,
+        };
     }
-    Hold(Some(FORKING.read().unwrap_or_else(|e| e.into_inner())))
+    let depth = DEPTH.with(|d| d.replace(d.get() + 1));
+    let guard = (depth == 0).then(|| FORKING.read().unwrap_or_else(|e| e.into_inner()));
+    Hold {
+        guard,
+        counted: true,
+    }
 }
 
 /// The exclusive hold of the forking thread, across the fork; see [`exclusive`].

@@ -49,6 +49,11 @@ pub(crate) trait Trim: Send + Sync {
         None
     }
 
+    /// Runs in the prepare fork handler (the forking thread, the fork gate held exclusively,
+    /// the fork counted, the registry locked): readies what a fork must find ready (see
+    /// `Shared::key_before_fork`: the process's provisional key on a pipe made real).
+    fn before_fork(&self) {}
+
     /// Runs in a forked child, in the fork handler (one thread, the registry locked): drops
     /// what the child must not share with its parent (see `Shared::forget_key`).
     fn in_forked_child(&self) {}
@@ -103,6 +108,13 @@ impl Registry {
             .filter_map(Weak::upgrade)
             .filter_map(Trim::hold_for_fork)
             .collect()
+    }
+
+    /// [`Trim::before_fork`] of every live owner, with the registry locked (`self`).
+    pub(crate) fn owners_before_fork(&self) {
+        for owner in self.owners.iter().filter_map(Weak::upgrade) {
+            owner.before_fork();
+        }
     }
 
     /// In a forked child, with the registry locked (`self`): the parent's trimmer thread is

@@ -371,12 +371,18 @@ struct Backing {
     /// The file's size: the far part's length.
     total: usize,
     /// This process's descriptor of the memory file, -1 once a forked child could not reopen
-    /// it. Until the process takes its key ([`KEYED`]) it names the description the mapping was
-    /// made from; from then on a description of its own, opened again for the key's lock and
-    /// never mapped (see [`Region::key_description`]).
+    /// it (or its parent could not make its key real). Until the process takes a real key
+    /// ([`KEYED`]) it names the description the mapping was made from; from then on a
+    /// description of its own, opened again for the key's lock and never mapped (see
+    /// [`Region::key_description`]). A pipe confined to this process has only a provisional
+    /// key (see `Shared::take_key`), and so usually no second description.
     memfd: std::sync::atomic::AtomicI32,
     /// [`UNKEYED`], [`KEYING`] or [`KEYED`].
     keyed: std::sync::atomic::AtomicU8,
+    /// Set by the prepare fork handler when this process's provisional key on the region could
+    /// not be made real: a child forked now must not use the region (see
+    /// [`Region::lose_in_forked_child`]). Written and read only by the fork handlers.
+    lose_in_child: std::sync::atomic::AtomicBool,
 }
 
 /// `Backing::keyed`: the descriptor still names the mapped description.
@@ -399,6 +405,7 @@ impl Backing {
             total,
             memfd: std::sync::atomic::AtomicI32::new(memfd.into_raw_fd()),
             keyed: std::sync::atomic::AtomicU8::new(UNKEYED),
+            lose_in_child: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -854,6 +861,8 @@ impl Region {
 
     /// The description this process's key lock lives on: the memory file opened again
     /// (through `/proc/self/fd`), in place of the descriptor's mapped one, the first time.
+    /// Asked for only when the key is real: a pipe that stays in this process never opens it
+    /// (its key is provisional, see `Shared::take_key`); one that leaves does on its way out.
     ///
     /// Never the description the region is mapped from: a mapping holds its description, and
     /// a forked child inherits the mapping, so a lock on it would outlive this process for as
@@ -894,21 +903,34 @@ impl Region {
         }
     }
 
+    /// In the prepare fork handler: whether a child forked now must lose this region (`lose`:
+    /// the parent's provisional key could not be made real, so the lock words the parent's
+    /// threads write name a key whose byte nobody locks; a child that used the region would
+    /// take their sides from them). See [`Region::forget_in_forked_child`].
+    #[cfg(not(loom))]
+    pub(crate) fn lose_in_forked_child(&self, lose: bool) {
+        self.backing
+            .lose_in_child
+            .store(lose, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// In a forked child (fork handler, one thread): if this process took its key, the
     /// inherited descriptor shares the parent's key description; the child gets a description
     /// of its own in its place, so the parent's key dies with the parent (the mapping the child
     /// inherited holds only the mapped description, which no lock uses). If that fails (no
-    /// `/proc`, a full descriptor table) the child closes its copy and every call that needs
-    /// the file fails with `BrokenPipe`: failing closed, never keeping the parent alive in the
-    /// eyes of its peers.
+    /// `/proc`, a full descriptor table), or the parent could not make its key real before the
+    /// fork ([`Region::lose_in_forked_child`]), the child closes its copy and every call that
+    /// needs the file fails with `BrokenPipe`: failing closed, never keeping the parent alive
+    /// in the eyes of its peers nor taking a side from a live parent thread.
     #[cfg(not(loom))]
     pub(crate) fn forget_in_forked_child(&self) {
         use std::sync::atomic::Ordering as O;
         let raw = self.backing.memfd.load(O::Relaxed);
-        if raw < 0 || self.backing.keyed.load(O::Relaxed) == UNKEYED {
+        let lose = self.backing.lose_in_child.swap(false, O::Relaxed);
+        if raw < 0 || (!lose && self.backing.keyed.load(O::Relaxed) == UNKEYED) {
             return;
         }
-        if crate::sys::fd::reopen_in_place(raw).is_ok() {
+        if !lose && crate::sys::fd::reopen_in_place(raw).is_ok() {
             self.backing.keyed.store(KEYED, O::Relaxed);
         } else {
             self.backing.memfd.store(-1, O::Relaxed);

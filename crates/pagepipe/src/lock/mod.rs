@@ -12,7 +12,9 @@
 //!   holds the pipe (see `Shared::key`). The kernel drops the lock when the process exits or is
 //!   killed, and no other process can take it while it lives; `F_OFD_GETLK` tells whether
 //!   anyone holds it. So a key names a live process *that holds
-//!   this pipe*, or a dead holder: a stranger cannot be named.
+//!   this pipe*, or a dead holder: a stranger cannot be named. (While a pipe never left its
+//!   process, that process's key is provisional, its byte unlocked: nobody else reads its lock
+//!   words. It is locked before an end leaves or the process forks: `Shared::take_key`.)
 //! - This process's key with another thread's id: every thread publishes which locks it holds or
 //!   is taking ([`held`]); a thread that says neither does not hold it.
 //! - The caller's own identity: a thread knows what it holds; if not this lock, a peer wrote it.

@@ -4,8 +4,12 @@
 //! it is dropped, and the next pipe of the same geometry takes it.
 //!
 //! A cached region holds no memory: every page of its file is given back first (a hole over
-//! all of it), so it reads as zeros, as a new file does. It keeps its descriptor (and so this
-//! process's key on it, which only this process ever used) and its address space. At most
+//! all of it), so it reads as zeros, as a new file does. It keeps its descriptor and its
+//! address space. Its pipe never left this process, so it usually has no key description:
+//! its key was provisional (see `Shared::take_key`), no byte locked. One whose key was made
+//! real by an exposure that then failed (the pipe stayed confined) keeps that description and
+//! its lock, which only this process ever used: the next pipe's key takes the same byte
+//! through it. At most
 //! [`CACHED`] wait here, and the idle trimmer closes those that waited a tick
 //! ([`crate::reclaim::IDLE_TICK`]): the cache gives its descriptors back as the pool gives
 //! pages back.
@@ -13,7 +17,7 @@
 //! Only a region no other process can hold is cached: its pipe was confined to this process
 //! (never sent, received or passed, no fork while it lived). A forked child closes the
 //! regions it inherited from the cache in its fork handler ([`in_forked_child`]): they are the
-//! parent's (its key description among them).
+//! parent's (a key description among them, if one has it).
 
 use crate::region::{Config, Region};
 use crate::sync::{Arc, Mutex};
@@ -91,7 +95,7 @@ pub(crate) fn give(region: Region) {
 }
 
 /// In a forked child, with the lock the prepare handler took: the cached regions are the
-/// parent's (their descriptors hold the parent's key descriptions); the child closes them.
+/// parent's (a descriptor may hold a key description of the parent's); the child closes them.
 pub(crate) fn in_forked_child(mut cache: MutexGuard<'static, Cache>) {
     cache.waiting.clear();
     cache.owner = None;

@@ -77,17 +77,20 @@ pub(crate) fn before_fork() {
     exact_adapted(|_| true);
 }
 
-/// An end of `shared` is going to, or came from, another process: the pipe gets its signal
-/// pipe if it had none (the kernel must count holders from now on), the death watcher arms
-/// its ends, and this process's async adapters on it switch to exact descriptors (see
-/// [`End::adapt`]).
+/// An end of `shared` is going to another process: the pipe gets its signal pipe if it had
+/// none (the kernel must count holders from now on), this process's key on it becomes real
+/// if it was provisional (the other process will read lock words naming it, see
+/// `Shared::take_key`) and the pipe is marked exposed, the death watcher arms its ends, and
+/// this process's async adapters on it switch to exact descriptors (see [`End::adapt`]).
+/// Every way an end leaves calls this before the end's descriptors are made.
 ///
 /// # Errors
-/// The OS's error if the signal pipe cannot be made (a full descriptor table).
+/// The OS's error if the signal pipe cannot be made or the key made real (a full descriptor
+/// table, no `/proc`): the end must not go (the pipe stays confined).
 #[cfg(not(loom))]
 pub(crate) fn expose(shared: &Arc<Shared>) -> io::Result<()> {
     shared.ensure_signal()?;
-    shared.mark_exposed();
+    shared.expose_key()?;
     crate::watch::arm();
     exact_adapted(|end| Arc::ptr_eq(&end.shared, shared));
     Ok(())

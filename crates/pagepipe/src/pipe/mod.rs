@@ -25,8 +25,8 @@
 //!   ring is full, so `poll(2)` and `epoll(7)` see what they would see on a kernel pipe (see
 //!   `End::sync` in `end.rs`; a resize changes the slot count instead, which either end can).
 //! - With the memory file (one description per process, which also holds the process key's
-//!   lock, see [`crate::lock`]), a pipe costs a process three descriptors with both ends, two
-//!   with one.
+//!   lock once the pipe leaves the process, see [`crate::lock`]), a pipe costs a process
+//!   three descriptors with both ends, two with one.
 //! - The ring's geometry changes only in `set_capacity`, which holds both sides, in place.
 //!
 //! Files, bottom to top (each uses only those above it):

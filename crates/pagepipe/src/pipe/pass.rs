@@ -2,7 +2,9 @@
 //! (inherited descriptors named by an environment variable). An end travels as two
 //! descriptors: the region's memory file, through a description made for the journey (the
 //! sender's own may hold its process key's lock, see `Region::key_description`), and this
-//! end's descriptor of the signal pipe.
+//! end's descriptor of the signal pipe. Every way out exposes the pipe first
+//! (`pipe::end::expose`), which makes the sender's key real: the receiver will read lock words
+//! naming it.
 
 use crate::error::invalid;
 use crate::pipe::create;
@@ -84,6 +86,7 @@ impl End {
         let region = Region::attach(memfd)?;
         let shared = create::open(region);
         shared.note_signal();
+        // Before anyone takes a key on it: exposed at birth, so its key is real from the start.
         shared.mark_exposed();
         Ok(End::new(shared, side, Some(signal)))
     }

@@ -159,6 +159,10 @@ impl crate::reclaim::Trim for Shared {
         Shared::trim(self, force)
     }
 
+    fn before_fork(&self) {
+        self.key_before_fork();
+    }
+
     fn in_forked_child(&self) {
         self.forget_key();
     }
