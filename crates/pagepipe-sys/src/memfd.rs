@@ -75,7 +75,51 @@ pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
             format!("descriptor {} is not a memory file", fd.as_raw_fd()),
         ));
     }
+    // A huge-page memory file (MFD_HUGETLB) maps in whole huge pages: a mapping of one page of
+    // it at a fixed address would cover 2 MiB and more of what lies around.
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one `statfs` to the pointer we pass.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) })?;
+    if fs.f_type as u32 == libc::HUGETLBFS_MAGIC as u32 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("descriptor {} is a huge-page memory file", fd.as_raw_fd()),
+        ));
+    }
     Ok((st.st_size as u64, seals))
+}
+
+/// Reads exactly `buf.len()` bytes of `fd` from `offset` (`pread(2)`), without a mapping.
+///
+/// # Errors
+/// `UnexpectedEof` if the file ends first; the OS's error from `pread(2)`.
+pub fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: the destination is the unfilled rest of `buf`, writable for its length.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                at,
+            )
+        };
+        match n {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => done += n as usize,
+        }
+    }
+    Ok(())
 }
 
 /// The file `fd` refers to, as `(device, inode)` (`fstat(2)`): equal for two descriptors of
@@ -102,6 +146,16 @@ mod tests {
         let (size, seals) = memfd_info(fd.as_fd()).unwrap();
         assert_eq!(size, 8192);
         assert_ne!(seals & libc::F_SEAL_SHRINK, 0);
+    }
+
+    #[test]
+    fn a_memory_file_reads_without_a_mapping() {
+        let fd = sealed_memfd(8192).unwrap();
+        let mut buf = [1u8; 4096];
+        read_exact_at(fd.as_fd(), &mut buf, 4096).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        let e = read_exact_at(fd.as_fd(), &mut buf, 6144).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -211,7 +211,8 @@ pub fn reserve_aligned(len: usize, align: usize) -> io::Result<NonNull<u8>> {
 /// mapping of the caller's that no Rust reference points into: its contents are replaced.
 ///
 /// # Errors
-/// The OS's error from `mmap(2)`; what was mapped there is then unchanged.
+/// The OS's error from `mmap(2)`. What was mapped there is then unchanged since Linux 6.12;
+/// before, the kernel may have unmapped the range first, so the caller must not count on it.
 pub unsafe fn map_shared_at(addr: NonNull<u8>, fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
     // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
     let ptr = unsafe {
@@ -250,7 +251,8 @@ pub fn map_shared_raw(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>>
 /// As for [`map_shared_at`]; nothing may use the old mapping's memory after the call.
 ///
 /// # Errors
-/// The OS's error from `mmap(2)` (the old mapping is then still there).
+/// The OS's error from `mmap(2)` (the old mapping is then still there since Linux 6.12; see
+/// [`map_shared_at`]).
 pub unsafe fn re_reserve(addr: NonNull<u8>, len: usize) -> io::Result<()> {
     // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
     let ptr = unsafe {

@@ -10,8 +10,15 @@
 //!
 //! An area is address space reserved `PROT_NONE`: a cell is the memory file mapped over its
 //! slot with `MAP_FIXED`, and given back by mapping reserved space over it again, so no other
-//! mapping of the process can land in a free cell. An area whose cells are all free is
-//! unmapped (its page-table page with it), except one, kept for the next pipe.
+//! mapping of the process can land in a free cell. A cell whose mapping or re-reservation
+//! failed (its range may be a hole then) is never handed out again, and its area never
+//! unmapped. An area whose cells are all free is unmapped (its page-table page with it),
+//! except one, kept for the next pipe. A default pipe's near part fills its cell, so its cell
+//! is one mapping (the process's `vm.max_map_count` counts them); a smaller near part leaves
+//! reserved space after it, a second mapping.
+//!
+//! What is mapped in a cell must never be longer than asked: `Region::attach` refuses a
+//! huge-page memory file (its mappings are rounded up to 2 MiB) before mapping anything.
 //!
 //! The list's lock is a leaf: nothing is called while it is held but `mmap(2)` and `munmap(2)`.
 //! The fork handlers take it ([`lock`]), so a child never inherits it held.
@@ -84,28 +91,12 @@ impl Cell {
         let ptr = take()?;
         // SAFETY: the cell is ours alone (`take`), reserved address space nothing points into.
         if let Err(e) = unsafe { mm::map_shared_at(ptr, fd, len) } {
-            give_back(ptr, true);
+            // Before Linux 6.12 a failed MAP_FIXED may have unmapped the range first: the cell
+            // is never handed out again (its area is then never unmapped either).
+            give_back(ptr, false);
             return Err(e);
         }
         Ok(Cell { ptr, len })
-    }
-
-    /// Maps the first `len` bytes of `fd` in the same cell, in place of the shorter mapping
-    /// there (the same file's first bytes, so what they hold stays where it was).
-    ///
-    /// # Errors
-    /// The OS's error from `mmap(2)`; the cell is then unchanged.
-    pub(crate) fn extend(&mut self, fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
-        assert!(
-            len >= self.len && len <= CELL && len % PAGE_SIZE == 0,
-            "a near part of {len} bytes does not fit a cell"
-        );
-        if len > self.len {
-            // SAFETY: the cell is ours alone; `&mut self`: no reference into it is held.
-            unsafe { mm::map_shared_at(self.ptr, fd, len) }?;
-            self.len = len;
-        }
-        Ok(())
     }
 
     /// The first byte of the near part (the region's first byte).

@@ -561,6 +561,23 @@ pub(crate) fn notes_ok(notes: usize, slot_size: usize) -> bool {
     notes.is_power_of_two() && notes <= MAX_RECORDS && slot_size == PAGE_SIZE
 }
 
+/// A copy of a region's header page, read before anything is mapped (see [`Region::attach`]):
+/// its words in the layout [`Header`] pins, in this machine's byte order as the atomics store
+/// them.
+#[cfg(not(loom))]
+struct HeaderCopy<'a>(&'a [u8]);
+
+#[cfg(not(loom))]
+impl HeaderCopy<'_> {
+    fn u32_at(&self, off: usize) -> u32 {
+        u32::from_ne_bytes(self.0[off..off + 4].try_into().expect("4 bytes"))
+    }
+
+    fn u64_at(&self, off: usize) -> u64 {
+        u64::from_ne_bytes(self.0[off..off + 8].try_into().expect("8 bytes"))
+    }
+}
+
 impl Region {
     /// A new region for a ring of `ring_size` slots that may grow to `reach` slots (reserving
     /// [`positions_for`] them; a notification pipe, never resized, exactly its ring).
@@ -700,11 +717,12 @@ impl Region {
         Ok(())
     }
 
-    /// Maps a region received from another process (or this one) and validates it.
+    /// Validates a region received from another process (or this one) and maps its near part.
     ///
     /// # Errors
-    /// `InvalidData` naming what is wrong: not a sealed memory file, a wrong size, magic or
-    /// version, sizes out of range.
+    /// `InvalidData` naming what is wrong: not a memory file sealed against shrinking (or one
+    /// sealed against writing, or of huge pages), a wrong size, magic or version, sizes out of
+    /// range; the OS's error if it cannot be read or mapped.
     #[cfg(not(loom))]
     pub(crate) fn attach(memfd: std::os::fd::OwnedFd) -> io::Result<Region> {
         use std::os::fd::AsFd;
@@ -714,42 +732,48 @@ impl Region {
                 "the memory file is not sealed against shrinking (not a pagepipe region)",
             ));
         }
+        if seals & (libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) != 0 {
+            return Err(invalid(
+                "the memory file is sealed against writing (not a pagepipe region)",
+            ));
+        }
         let size = usize::try_from(size)
             .ok()
             .filter(|s| *s >= PAGE_SIZE && s % PAGE_SIZE == 0)
             .ok_or_else(|| invalid(format!("a memory file of {size} bytes is not a region")))?;
-        // The header's page first; the near part is mapped in full once the header is read.
-        let mut near = crate::cells::Cell::map(memfd.as_fd(), PAGE_SIZE)?;
-        // SAFETY: the mapping is a page, page aligned, and Header is all atomics, valid for any
-        // bit pattern; `h` is not used after `near` is extended below.
-        let h = unsafe { &*near.as_ptr().cast::<Header>() };
-        let magic = h.magic.load(Ordering::Relaxed);
+        // Validated from a copy read without a mapping: nothing is mapped at a fixed address
+        // (a cell) until the file is known to be a region of exactly the size it describes.
+        let mut page = vec![0u8; PAGE_SIZE];
+        crate::sys::memfd::read_exact_at(memfd.as_fd(), &mut page, 0)?;
+        let h = HeaderCopy(&page);
+        let magic = h.u64_at(std::mem::offset_of!(Header, magic));
         if magic != MAGIC {
             return Err(invalid(format!("bad region magic {magic:#x}")));
         }
-        let version = h.version.load(Ordering::Relaxed);
+        let version = h.u32_at(std::mem::offset_of!(Header, version));
         if version != VERSION {
             return Err(invalid(format!(
                 "region version {version}, this pagepipe speaks {VERSION}"
             )));
         }
-        let slot_size = h.slot_size.load(Ordering::Relaxed) as usize;
+        let slot_size = h.u32_at(std::mem::offset_of!(Header, slot_size)) as usize;
         if check_slot_size(slot_size).is_err() {
             return Err(invalid(format!("bad slot size {slot_size} in the region")));
         }
-        let packet = match h.packet.load(Ordering::Relaxed) {
+        let packet = match h.u32_at(std::mem::offset_of!(Header, packet)) {
             0 => false,
             1 => true,
             v => return Err(invalid(format!("bad packet flag {v} in the region"))),
         };
-        let policy = decode_policy([0, 1, 2].map(|i| h.policy[i].load(Ordering::Relaxed)))?;
-        let notes = h.notes.load(Ordering::Relaxed) as usize;
+        let policy_at = std::mem::offset_of!(Header, policy);
+        let policy = decode_policy([0, 1, 2].map(|i| h.u32_at(policy_at + 4 * i)))?;
+        let notes = h.u32_at(std::mem::offset_of!(Header, notes)) as usize;
         if notes != 0 && !notes_ok(notes, slot_size) {
             return Err(invalid(format!(
                 "bad notification record count {notes} for {slot_size}-byte slots in the region"
             )));
         }
-        let max_ring = h.max_ring.load(Ordering::Relaxed) as usize;
+        let max_ring = h.u32_at(std::mem::offset_of!(Header, max_ring)) as usize;
         let max_ok = if notes != 0 {
             max_ring == notes
         } else {
@@ -775,7 +799,7 @@ impl Region {
             slot_size,
             notes,
         };
-        near.extend(memfd.as_fd(), layout.near_len)?;
+        let near = crate::cells::Cell::map(memfd.as_fd(), layout.near_len)?;
         Ok(Region::from_backing(
             Backing::new(near, memfd, size),
             layout,
@@ -796,9 +820,9 @@ impl Region {
 
     /// Gives every page of the memory file back (a hole over all of it): the region then reads
     /// as the zeros a new memory file holds, and costs no memory. For a region no other
-    /// process maps (see `pipe::cache`).
+    /// process maps (see `pipe::cache`). The far part, if it was mapped, is unmapped: the next
+    /// pipe may not need it.
     #[cfg(not(loom))]
-    /// The far part, if it was mapped, is unmapped: the next pipe may not need it.
     pub(crate) fn punch(&mut self) {
         use crate::sys::mm;
         let far = std::mem::replace(self.backing.far.get_mut(), std::ptr::null_mut());
@@ -1055,13 +1079,13 @@ impl Region {
     #[cold]
     fn map_far(&self) -> io::Result<()> {
         use std::sync::atomic::Ordering as O;
-        // No fork while the spare descriptor is open: a child would inherit it, unknown to it.
+        // No fork while the spare descriptor is open or the mapping unowned: a child would
+        // inherit them, unknown to it.
         let no_fork = crate::fork_gate::hold();
         let fd = crate::sys::fd::reopen(self.memfd()?)?;
         let total = self.backing.total;
         let far = crate::sys::mm::map_shared_raw(std::os::fd::AsFd::as_fd(&fd), total);
         drop(fd);
-        drop(no_fork);
         let far = far?;
         // Release: the mapping exists before any thread sees the pointer (pairs with `far`).
         let won = self.backing.far.compare_exchange(
@@ -1075,6 +1099,9 @@ impl Region {
             // SAFETY: our own mapping of `total` bytes, never published.
             unsafe { crate::sys::mm::unmap(far, total) };
         }
+        // Only now: a child forked between the mapping and its publication (or its unmapping)
+        // would keep a mapping nothing in it owns.
+        drop(no_fork);
         Ok(())
     }
 

@@ -544,3 +544,53 @@ fn a_child_forked_at_the_descriptor_limit_polls_ready_and_fails_closed() {
          never polled ready"
     );
 }
+
+/// A memory file of a peer's that would map more than asked (huge pages: every mapping of it
+/// rounds up to 2 MiB, which at a cell's fixed address wiped out the 29 other pipes of its
+/// area) or not at all (sealed against writing) is refused as `InvalidData` before anything is
+/// mapped, and the pipes already in this process go on.
+#[test]
+fn a_huge_page_or_write_sealed_memory_file_is_refused_before_it_is_mapped() {
+    let _serial = children::serial(); // holds second descriptors of memory files
+    let pipes: Vec<(Writer, Reader)> = (0..40).map(|_| pagepipe::pipe().unwrap()).collect();
+    for (w, _) in &pipes {
+        (&*w).write_all(b"kept").unwrap();
+    }
+    let (w, _r) = pagepipe::pipe().unwrap();
+    let sealed_file = |flags: libc::c_uint, len: i64, seals: libc::c_int| {
+        // SAFETY: a NUL-terminated name; memfd_create returns a new descriptor or -1.
+        let fd =
+            unsafe { libc::memfd_create(c"hostile".as_ptr(), flags | libc::MFD_ALLOW_SEALING) };
+        if fd < 0 {
+            return None; // no huge pages in this kernel
+        }
+        // SAFETY: fd is ours.
+        let file = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // SAFETY: plain calls on a descriptor we own.
+        let ok = unsafe {
+            libc::ftruncate(fd, len) == 0 && libc::fcntl(fd, libc::F_ADD_SEALS, seals) == 0
+        };
+        ok.then_some(file)
+    };
+    let huge = sealed_file(libc::MFD_HUGETLB, 2 << 20, libc::F_SEAL_SHRINK);
+    let write_sealed = sealed_file(0, 2 << 20, libc::F_SEAL_SHRINK | libc::F_SEAL_WRITE);
+    let mut tried = 0;
+    for (file, what) in [
+        (huge, "huge-page"),
+        (write_sealed, "sealed against writing"),
+    ] {
+        let Some(file) = file else { continue };
+        tried += 1;
+        let [_memfd, signal] = w.to_fds().unwrap();
+        let e = Writer::from_fds([file, signal]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{what}: {e}");
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+    assert!(tried >= 1, "the write-sealed file can always be made");
+    for (w, r) in &pipes {
+        let mut buf = [0u8; 4];
+        (&*r).read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"kept");
+        (&*w).write_all(b"more").unwrap();
+    }
+}
