@@ -137,3 +137,12 @@ extern "C" fn after_fork_child() {
     }
     release_fork_locks();
 }
+
+/// Serializes the unit tests that fork with those that count on no fork (a pipe stays
+/// confined to its process only while the process does not fork): one binary runs them all
+/// on parallel threads.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn tests_that_fork() -> std::sync::MutexGuard<'static, ()> {
+    static FORKING_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FORKING_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -612,6 +612,7 @@ mod tests {
     #[test]
     fn a_confined_pipe_leaves_its_descriptors_alone_until_an_end_leaves() {
         use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _no_fork = crate::fork::tests_that_fork(); // a fork would end the confinement
         let rt = ::tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_io()

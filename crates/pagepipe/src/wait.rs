@@ -118,6 +118,93 @@ impl Wakers {
         }
     }
 }
+
+impl Drop for Wakers {
+    /// In a forked child, the parent's wakers are forgotten, not dropped (see the type's docs:
+    /// a waker's drop may run the parent's runtime code).
+    fn drop(&mut self) {
+        if self.born.load(std::sync::atomic::Ordering::Relaxed) != children() {
+            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::forget(std::mem::take(&mut *list));
+        }
+    }
+}
+
+/// One pipe's async waiters in this process: its [`Wakers`] lists, made the first time a task
+/// registers (most pipes never have one, and an idle pipe's memory is counted: issue 23).
+///
+/// Protocol, on top of [`Wakers`]': the lists are published with a SeqCst CAS before the first
+/// registration in them, and an advancer loads the pointer (SeqCst) after its advance, where it
+/// would load `waiting`. In the single total order, an advancer that finds no lists loaded
+/// before they were published, so before any registration and its recheck, which then sees the
+/// advance; one that finds them goes on as [`Wakers::wake`]. Never freed before the pipe.
+pub(crate) struct Lazy<T: Default> {
+    lists: crate::sync::AtomicPtr<T>,
+}
+
+impl<T: Default> Default for Lazy<T> {
+    fn default() -> Lazy<T> {
+        Lazy {
+            lists: crate::sync::AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+}
+
+impl<T: Default> Lazy<T> {
+    /// The lists, if a task ever registered: for advancers, after their advance.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&T> {
+        // As in `Wakers::wake`: loom sees SeqCst accesses as AcqRel only.
+        #[cfg(loom)]
+        crate::sync::fence(Ordering::SeqCst);
+        // SeqCst: the advancer's load, after its advance (see the type's docs).
+        let p = self.lists.load(Ordering::SeqCst);
+        // SAFETY: a non-null pointer is a Box published by `get_or_make`, freed only by Drop
+        // (`&mut self`), so alive for as long as `&self`.
+        unsafe { p.as_ref() }
+    }
+
+    /// The lists, made if no task registered before: for a waiter, before it registers.
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
+    pub(crate) fn get_or_make(&self) -> &T {
+        if let Some(lists) = self.get() {
+            return lists;
+        }
+        let new = Box::into_raw(Box::<T>::default());
+        // SeqCst: the publication, before any registration (see the type's docs).
+        match self.lists.compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            // SAFETY: `new` is published now and freed only by Drop (`&mut self`).
+            Ok(_) => unsafe { &*new },
+            Err(won) => {
+                // SAFETY: `new` was never published: ours to free. `won` is another thread's
+                // published Box, alive as above.
+                unsafe {
+                    drop(Box::from_raw(new));
+                    &*won
+                }
+            }
+        }
+    }
+}
+
+impl<T: Default> Drop for Lazy<T> {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        let p = *self.lists.get_mut();
+        #[cfg(loom)]
+        let p = self.lists.load(Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: published by `get_or_make` from a Box, and nothing borrows it past `&mut
+            // self`.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
 /// The earlier of two optional deadlines (`None`: no bound).
 pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
@@ -225,10 +312,24 @@ mod tests {
         }
     }
 
+    /// Dropped anywhere but in `parent` (a waker's last reference gone), it ends the process
+    /// with status 4.
+    impl Drop for OnlyIn {
+        fn drop(&mut self) {
+            // SAFETY: getpid and _exit have no preconditions.
+            if unsafe { libc::getpid() } != self.parent {
+                // SAFETY: as above.
+                unsafe { libc::_exit(4) };
+            }
+        }
+    }
+
     /// A child inherits the lists with its parent's wakers in them: a transition in the child
-    /// (a guard's release, a write) must not run them.
+    /// (a guard's release, a write) must not run them, nor may the child's drop of the lists
+    /// (a pipe dropped in the child) drop them.
     #[test]
     fn a_forked_child_never_runs_its_parents_wakers() {
+        let _forks = crate::fork::tests_that_fork();
         let wakers = Wakers::default();
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
@@ -239,6 +340,7 @@ mod tests {
         if pid == 0 {
             note_fork_child(); // pagepipe's fork handler does it too, if this test binary installed it
             wakers.wake();
+            drop(wakers);
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(0) };
         }

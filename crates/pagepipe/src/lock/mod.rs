@@ -481,7 +481,7 @@ impl SideLock {
     #[inline]
     pub(crate) fn unlock<H: Holders + ?Sized>(&self, h: &H) {
         // Release: pairs with the Acquire CAS in `lock`, publishing our writes to the side state.
-        // SeqCst: also the advance of the release wakers' store-load pair (`Shared::released`,
+        // SeqCst: also the advance of the release wakers' store-load pair (`AsyncWaiters::released`,
         // see `Wakers`), which the guards load right after; on x86 the same `xchg` either way.
         let old = self.word.swap(0, Ordering::SeqCst);
         // Only now: until the swap, a taker that finds our identity here must still hear that

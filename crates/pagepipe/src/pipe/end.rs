@@ -144,7 +144,7 @@ impl crate::watch::Watched for End {
         } else {
             h.writable.wake_all();
         }
-        self.waiters().wake();
+        self.wake_own_waiters();
         // The dead processes may have held a lock: its sleepers check now, not in a tick, and
         // so do takers that come soon.
         lock::note_death();
@@ -290,28 +290,40 @@ impl End {
         }
     }
 
-    /// Async tasks of this process waiting for this end to become ready.
+    /// Async tasks of this process waiting for this end to become ready (the lists made if
+    /// none were: for a task about to register).
+    #[cfg_attr(not(any(feature = "tokio", loom)), allow(dead_code))] // the adapters' only
     pub(crate) fn waiters(&self) -> &Wakers {
-        &self.shared.wakers[self.own()]
+        &self.shared.waiters.get_or_make().ready[self.own()]
     }
 
     /// Async tasks of this process waiting for this end's side, held by another holder of this
-    /// process, to be released (see `Shared::released`).
+    /// process, to be released (see `AsyncWaiters::released`), made as [`End::waiters`].
     #[cfg(any(feature = "tokio", loom))]
     pub(crate) fn release_waiters(&self) -> &Wakers {
-        &self.shared.released[self.side.index()]
+        &self.shared.waiters.get_or_make().released[self.side.index()]
+    }
+
+    /// Wakes the tasks of this process waiting for this end to become ready, if any.
+    #[inline]
+    fn wake_own_waiters(&self) {
+        if let Some(w) = self.shared.waiters.get() {
+            w.ready[self.own()].wake();
+        }
     }
 
     /// Wakes the tasks of this process waiting on the other end: this side's transitions (data
     /// for a writer, room for a reader, a close) are their wake-ups.
     #[inline]
     fn wake_peer_waiters(&self) {
-        self.shared.wakers[if self.side == Side::Write {
-            READABLE
-        } else {
-            FULL
-        }]
-        .wake();
+        if let Some(w) = self.shared.waiters.get() {
+            w.ready[if self.side == Side::Write {
+                READABLE
+            } else {
+                FULL
+            }]
+            .wake();
+        }
     }
 
     /// The descriptor this end hands out for polling (the signal pipe's read end for a

@@ -12,7 +12,7 @@ use crate::lock::{self, Taken};
 use crate::region::{self, Config, Region, Side, Slot, RELEASED};
 use crate::ring::{self, check_indices, ONE};
 use crate::sync::{AtomicU64, ColdU64, Ordering};
-use crate::wait::{wake_if_waiting, Wakers};
+use crate::wait::{wake_if_waiting, Lazy, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -46,14 +46,9 @@ pub(crate) struct Shared {
     /// the lock serializes making it with itself.
     #[cfg(not(loom))]
     signal_made: std::sync::Mutex<bool>,
-    /// Tasks of this process waiting in an async adapter, indexed like `polled`:
-    /// `[FULL]` for room, `[READABLE]` for data (see [`Wakers`]).
-    pub(crate) wakers: [Wakers; 2],
-    /// Tasks of this process waiting for a side that another holder of this process has (a
-    /// chunk, a resize, a concurrent call), indexed by [`Side::index`]: the guards' release
-    /// wakes them (see the adapters in `tokio.rs`). Only where adapters exist.
-    #[cfg(any(feature = "tokio", loom))]
-    pub(crate) released: [Wakers; 2],
+    /// Tasks of this process waiting in an async adapter, made at the first registration
+    /// (see [`AsyncWaiters`]).
+    pub(crate) waiters: Lazy<AsyncWaiters>,
     /// [`FORKS`] when this process made or mapped the region (see [`Shared::confined`]).
     #[cfg(not(loom))]
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the tokio adapters
@@ -80,6 +75,19 @@ pub(crate) struct Shared {
     /// The memory file's inode, 0 until first asked for (see [`Shared::ino`]).
     #[cfg(not(loom))]
     ino: std::sync::atomic::AtomicU64,
+}
+
+/// One pipe's async waiters in this process (see `Shared::waiters`).
+#[derive(Default)]
+pub(crate) struct AsyncWaiters {
+    /// Tasks waiting for an end to become ready, indexed like `polled`: `[FULL]` for room,
+    /// `[READABLE]` for data.
+    pub(crate) ready: [Wakers; 2],
+    /// Tasks waiting for a side that another holder of this process has (a chunk, a resize, a
+    /// concurrent call), indexed by [`Side::index`]: the guards' release wakes them (see the
+    /// adapters in `tokio.rs`). Only where adapters exist.
+    #[cfg(any(feature = "tokio", loom))]
+    pub(crate) released: [Wakers; 2],
 }
 
 /// Dead resizers one call settles before it calls a journal that keeps reappearing corrupt.
@@ -259,7 +267,9 @@ impl Drop for WriteGuard<'_> {
         h.write_side.lock.unlock(self.sh);
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
         #[cfg(any(feature = "tokio", loom))]
-        self.sh.released[Side::Write.index()].wake();
+        if let Some(w) = self.sh.waiters.get() {
+            w.released[Side::Write.index()].wake();
+        }
     }
 }
 
@@ -270,7 +280,9 @@ impl Drop for ReadGuard<'_> {
         h.read_side.lock.unlock(self.sh);
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
         #[cfg(any(feature = "tokio", loom))]
-        self.sh.released[Side::Read.index()].wake();
+        if let Some(w) = self.sh.waiters.get() {
+            w.released[Side::Read.index()].wake();
+        }
     }
 }
 
@@ -374,9 +386,7 @@ impl Shared {
             local: Default::default(),
             #[cfg(not(loom))]
             signal_made: std::sync::Mutex::new(false),
-            wakers: Default::default(),
-            #[cfg(any(feature = "tokio", loom))]
-            released: Default::default(),
+            waiters: Lazy::default(),
             #[cfg(not(loom))]
             born_forks: FORKS.load(std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(loom))]
@@ -406,9 +416,10 @@ impl Shared {
     /// child reopens the file, [`Shared::forget_key`], and takes a key of its own).
     ///
     /// While the pipe is confined to this process ([`Shared::confined`]) the key is
-    /// *provisional*: the value the real key would take first (`pid`), recorded as ours
-    /// (`OWN_KEYS`, so [`lock::Holders::ours`] works) but with no description opened and no
-    /// byte locked. No other process can read a lock word of a confined pipe, so none can ask
+    /// *provisional*: the value the real key would take first (`pid`), with no description
+    /// opened, no byte locked, and no record in `OWN_KEYS` (which [`lock::Holders::ours`] asks
+    /// for other mappings of the pipe in this process; a confined pipe has none, and the
+    /// upgrade records the key). No other process can read a lock word of a confined pipe, so none can ask
     /// whether that key lives; the reopened description and the lock (a `/proc` dentry and
     /// inode, a file, a file lock: about 1 KiB of kernel memory, and two system calls) are
     /// paid only by a pipe that leaves. The byte is locked before it does: by
@@ -443,7 +454,8 @@ impl Shared {
                 PROVISIONAL | (generation + 1) << 32 | u64::from(key),
                 std::sync::atomic::Ordering::Relaxed,
             );
-            own_keys().push((self.ino(), key, generation));
+            // Not in OWN_KEYS yet: only another mapping of the pipe in this process asks it
+            // (`Holders::ours`), and a confined pipe has none; the upgrade records it.
             return Ok(key);
         }
         let desc = self.region.key_description().map_err(cannot_take)?;
@@ -488,6 +500,9 @@ impl Shared {
         }
         self.key
             .store(cached & !PROVISIONAL, std::sync::atomic::Ordering::Relaxed);
+        // From now on another mapping of the pipe in this process may find the key (an end sent
+        // to ourselves): it must know it for ours.
+        own_keys().push((self.ino(), key, key_generation(cached) - 1));
         Ok(())
     }
 
@@ -575,7 +590,7 @@ impl Shared {
     /// Whether every end of this pipe is in this process: it was made here, and neither did
     /// this process fork since, nor did an end come from or go to another process. While it is,
     /// the async adapters need no descriptor: every transition is made by this process, which
-    /// wakes them through [`Shared::wakers`].
+    /// wakes them through [`Shared::waiters`].
     #[cfg(not(loom))]
     pub(crate) fn confined(&self) -> bool {
         !self.exposed.load(std::sync::atomic::Ordering::Relaxed)
