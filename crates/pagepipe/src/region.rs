@@ -347,8 +347,6 @@ pub(crate) struct Region {
     /// Position 0's page, in the near part; positions `0..near_positions` are there.
     arena: NonNull<u8>,
     near_positions: usize,
-    /// Offset of slot `near_slots` in the far part.
-    far_slots: usize,
     /// Validated at attach; the region's own copy is never read again.
     pub(crate) config: Config,
     /// Slot positions (and pages) reserved: the largest ring this region can hold.
@@ -648,7 +646,6 @@ impl Region {
             near_slots: ring_size,
             arena: NonNull::new(arena.as_ptr() as *mut u8).unwrap(),
             near_positions: ring_size,
-            far_slots: 0,
             config,
             max_ring: ring_size,
             _heap: (header, slots, arena),
@@ -680,7 +677,6 @@ impl Region {
             near_slots: max_ring.min(NEAR_SLOTS),
             arena,
             near_positions: layout.near_positions,
-            far_slots: layout.far_slots,
             config,
             max_ring,
             backing,
@@ -993,7 +989,9 @@ impl Region {
             !far.is_null(),
             "slot {pos} is in the far part, not mapped here"
         );
-        let off = self.far_slots + (pos - self.near_slots) * std::mem::size_of::<Slot>();
+        // Where `Layout::far_slots` is: after the arena.
+        let far_slots = ARENA + self.max_ring * self.config.slot_size;
+        let off = far_slots + (pos - self.near_slots) * std::mem::size_of::<Slot>();
         // SAFETY: the far part maps the whole file, whose slots past the header's page start
         // at `far_slots` and hold max_ring - near_slots slots (pos < max_ring); aligned to 64
         // (far_slots is a page multiple).

@@ -27,7 +27,7 @@ use crate::pipe::shared::LocalEnd;
 use crate::pipe::shared::{timeout_ns, Shared};
 use crate::region::{Side, FULL, READABLE, SIGNAL_SLOTS};
 use crate::ring;
-use crate::sync::{Arc, ColdBool, ColdU64, Ordering};
+use crate::sync::{Arc, ColdBool, ColdU32, Ordering};
 use crate::wait::{sleep_until, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
@@ -167,8 +167,10 @@ pub(crate) struct End {
     /// own end, whose drop is seen directly.
     #[cfg(not(loom))]
     signal: std::sync::OnceLock<std::os::fd::OwnedFd>,
-    /// `closes[other side]` when this end last asked the kernel about the other side.
-    peer_seen: ColdU64,
+    /// `closes[other side]` when this end last asked the kernel about the other side, its low
+    /// 32 bits (a change of a multiple of 2^32 goes unseen until the next forced ask, as a
+    /// peer that never bumps the count does; it keeps the end in 24 bytes).
+    peer_seen: ColdU32,
     /// Sticky: the other end has no holder left (no new holder can appear: ends are only ever
     /// copied from live ones).
     peer_gone: ColdBool,
@@ -195,7 +197,7 @@ impl End {
             shared,
             side,
             signal: once,
-            peer_seen: ColdU64::new(u64::MAX),
+            peer_seen: ColdU32::new(u32::MAX),
             peer_gone: ColdBool::new(false),
             watched: ColdBool::new(false),
             polling: std::sync::atomic::AtomicBool::new(false),
@@ -208,7 +210,7 @@ impl End {
         End {
             shared,
             side,
-            peer_seen: ColdU64::new(u64::MAX),
+            peer_seen: ColdU32::new(u32::MAX),
             peer_gone: ColdBool::new(false),
             watched: ColdBool::new(false),
         }
@@ -575,6 +577,7 @@ impl End {
         // Acquire: pairs with the Release bump in `End::drop`, made after that process
         // published its last slots (and closed its descriptor).
         let seen = self.shared.header().closes[other].load(Ordering::Acquire);
+        let seen = seen as u32;
         if !force && seen == self.peer_seen.load(Ordering::Relaxed) {
             return false;
         }
