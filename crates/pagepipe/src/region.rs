@@ -10,8 +10,9 @@
 //! A process maps a region in two parts. The *near* part, the header's page and the first
 //! [`NEAR_BYTES`] of the arena (all of a default pipe's ring), lives in a cell of a shared
 //! area (`crate::cells`), so idle pipes share page-table pages. The *far* part is the whole
-//! file mapped once more, made the first time this process sees a ring (or a resize) that
-//! needs more than the near part ([`Region::ensure_far`]), and kept until the region goes.
+//! file mapped once more, made the first time this process sees a ring larger than the near
+//! part, or resizes (the staging positions lie past both rings; [`Region::ensure_far`]), and
+//! kept until the region goes.
 //! Once it exists every page is addressed through it, so the ring's positions are always
 //! contiguous in the address space whichever part is used; the two map the same pages.
 //!
