@@ -67,7 +67,10 @@ pub(crate) struct Exclusive(#[allow(dead_code)] std::sync::RwLockWriteGuard<'sta
 
 /// The forking thread's own prepare steps are done: from here its [`hold`]s wait for the gate
 /// as anyone's (a user's prepare handler that runs after ours and makes a pipe must not pass:
-/// that pipe would count as confined to the parent).
+/// that pipe would count as confined to the parent). Such a handler, or an after-fork handler
+/// run before ours releases the gate, that makes a pipe or takes a pipe's first key waits for
+/// the gate its own thread holds: it hangs the fork. Make pipes before or after `fork(2)`, not
+/// in `pthread_atfork` handlers.
 pub(crate) fn end_of_prepare() {
     FORKING_HERE.with(|f| f.set(false));
 }

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 /// a parent thread held). It must never run them (they would touch the parent's runtime, whose
 /// locks may be held by threads that do not exist here), so each list records the
 /// [`children`] generation it was registered in: a child's wake finds another generation and
-/// returns, without the lock; its first registration forgets the parent's wakers (leaked, not
-/// dropped). What remains: a child forked while a parent thread was inside `register` or a wake
+/// returns, without the lock; its first registration, and its drop of the list, forget the
+/// parent's wakers (leaked, not dropped; the drop takes no lock). What remains: a child forked while a parent thread was inside `register` or a wake
 /// on a list deadlocks on that list's lock at its first registration there (a window of a few
 /// instructions; the lists are per pipe and per process, not in the fork handlers).
 #[derive(Default)]
@@ -124,8 +124,15 @@ impl Drop for Wakers {
     /// a waker's drop may run the parent's runtime code).
     fn drop(&mut self) {
         if self.born.load(std::sync::atomic::Ordering::Relaxed) != children() {
-            let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::forget(std::mem::take(&mut *list));
+            // Not `lock()`: a parent thread may have held it at the fork, and `&mut self` needs
+            // no lock (a list half-changed by that thread is forgotten as it is).
+            #[cfg(not(loom))]
+            let list = self.list.get_mut().unwrap_or_else(|e| e.into_inner());
+            #[cfg(loom)]
+            let mut guard = self.list.lock().unwrap_or_else(|e| e.into_inner());
+            #[cfg(loom)]
+            let list = &mut *guard;
+            std::mem::forget(std::mem::take(list));
         }
     }
 }
@@ -137,15 +144,22 @@ impl Drop for Wakers {
 /// registration in them, and an advancer loads the pointer (SeqCst) after its advance, where it
 /// would load `waiting`. In the single total order, an advancer that finds no lists loaded
 /// before they were published, so before any registration and its recheck, which then sees the
-/// advance; one that finds them goes on as [`Wakers::wake`]. Never freed before the pipe.
+/// advance; one that finds them goes on as [`Wakers::wake`]. Never freed before the pipe. (The
+/// advances that are SeqCst: the index RMWs and the side locks' unlock. A close (`End::drop`)
+/// and a death the watcher reports (`End::hung_up`) advance with Release only, as before the
+/// lists were lazy: their tasks are also woken through the reactor once the pipe has left the
+/// process, and a confined pipe's close is its own process's.)
 pub(crate) struct Lazy<T: Default> {
     lists: crate::sync::AtomicPtr<T>,
+    /// Owns a `Box<T>`: Send and Sync only as that is.
+    _owns: std::marker::PhantomData<Box<T>>,
 }
 
 impl<T: Default> Default for Lazy<T> {
     fn default() -> Lazy<T> {
         Lazy {
             lists: crate::sync::AtomicPtr::new(std::ptr::null_mut()),
+            _owns: std::marker::PhantomData,
         }
     }
 }

@@ -6,10 +6,9 @@
 //! A cached region holds no memory: every page of its file is given back first (a hole over
 //! all of it), so it reads as zeros, as a new file does. It keeps its descriptor and its
 //! address space. Its pipe never left this process, so it usually has no key description:
-//! its key was provisional (see `Shared::take_key`), no byte locked. One whose key was made
-//! real by an exposure that then failed (the pipe stayed confined) keeps that description and
-//! its lock, which only this process ever used: the next pipe's key takes the same byte
-//! through it. At most
+//! its key was provisional (see `Shared::take_key`), no byte locked. One whose upgrade reopened
+//! the file and then failed to lock the byte (the pipe stayed confined) keeps that description,
+//! with no lock, which only this process ever used: the next pipe's key uses it. At most
 //! [`CACHED`] wait here, and the idle trimmer closes those that waited a tick
 //! ([`crate::reclaim::IDLE_TICK`]): the cache gives its descriptors back as the pool gives
 //! pages back.

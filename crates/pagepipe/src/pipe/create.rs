@@ -7,11 +7,19 @@ use crate::sync::Arc;
 use std::io;
 
 /// This process's handle on a region it made or attached: registered for idle trimming (after
-/// the fork handlers are installed: see [`crate::fork`]).
-pub(crate) fn open(region: Region) -> Arc<Shared> {
+/// the fork handlers are installed: see [`crate::fork`]). `from_elsewhere`: the region came
+/// from another process (or another mapping), so the handle is exposed before any other thread
+/// can reach it through the registry (the idle trimmer, `shrink()`): one that took a side
+/// before the mark would take a provisional key on a pipe peers see (see `Shared::take_key`).
+pub(crate) fn open(region: Region, from_elsewhere: bool) -> Arc<Shared> {
     let shared = Arc::new(Shared::new(region));
+    #[cfg(loom)]
+    let _ = from_elsewhere;
     #[cfg(not(loom))]
     {
+        if from_elsewhere {
+            shared.mark_exposed();
+        }
         crate::fork::install();
         let weak: std::sync::Weak<dyn crate::reclaim::Trim> = Arc::downgrade(&shared) as _;
         crate::reclaim::register(weak);
@@ -38,7 +46,7 @@ pub(crate) fn create(
     };
     #[cfg(loom)]
     let region = Region::create(ring_size, config, reach)?;
-    let shared = open(region);
+    let shared = open(region, false);
     #[cfg(not(loom))]
     // No signal pipe yet: the pipe gets one when it may leave this process or someone
     // polls it (see Shared::ensure_signal).

@@ -84,10 +84,10 @@ impl End {
     fn attach(memfd: OwnedFd, signal: OwnedFd, side: Side) -> io::Result<End> {
         check_signal(signal.as_fd(), side)?;
         let region = Region::attach(memfd)?;
-        let shared = create::open(region);
+        // Exposed at birth, before the registry (and so the idle trimmer or `shrink()`) can
+        // reach it and take a side: its key is real from the start.
+        let shared = create::open(region, true);
         shared.note_signal();
-        // Before anyone takes a key on it: exposed at birth, so its key is real from the start.
-        shared.mark_exposed();
         Ok(End::new(shared, side, Some(signal)))
     }
 

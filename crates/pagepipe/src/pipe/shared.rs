@@ -491,8 +491,9 @@ impl Shared {
         }
         let key = cached as u32;
         let desc = self.region.key_description().map_err(cannot_take)?;
-        // Our own description may hold the byte already (a region the cache kept after a
-        // failed exposure): the OFD lock call succeeds again for the same description.
+        // A region from the cache may have a key description already (an upgrade whose reopen
+        // worked and whose lock failed, leaving the pipe confined): the lock is taken through
+        // it, and would succeed again for the same description.
         if !crate::sys::fd::lock_byte(desc, KEY_BASE + u64::from(key))? {
             return Err(io::Error::other(format!(
                 "cannot take a key on the pipe: its byte {key} is locked by another description"
@@ -580,7 +581,8 @@ impl Shared {
     fn drop_key(&self) {
         let cached = self.key.load(std::sync::atomic::Ordering::Relaxed);
         let generation = lock::fork_generation();
-        if key_generation(cached) == generation + 1 {
+        // A provisional key was never recorded (see `Shared::take_key`): no global lock then.
+        if cached & PROVISIONAL == 0 && key_generation(cached) == generation + 1 {
             let key = cached as u32;
             let ino = self.ino();
             own_keys().retain(|&(i, k, g)| !(i == ino && k == key && g == generation));
