@@ -54,6 +54,10 @@ pub(crate) trait Trim: Send + Sync {
     /// `Shared::key_before_fork`: the process's provisional key on a pipe made real).
     fn before_fork(&self) {}
 
+    /// In the prepare fork handler, the registry unlocked: puts the owner's ends in the death
+    /// watcher's list (a confined pipe's are not there; see `crate::watch::note`).
+    fn note_for_watch(&self) {}
+
     /// Runs in a forked child, in the fork handler (one thread, the registry locked): drops
     /// what the child must not share with its parent (see `Shared::forget_key`).
     fn in_forked_child(&self) {}
@@ -108,6 +112,13 @@ impl Registry {
             .filter_map(Weak::upgrade)
             .filter_map(Trim::hold_for_fork)
             .collect()
+    }
+
+    /// Every live owner, for a caller to act on once it has unlocked the registry (a handle
+    /// dropped under the lock could be a confined pipe's last, whose region goes to the cache,
+    /// which registers its trimmer: a deadlock).
+    pub(crate) fn live_owners(&self) -> Vec<Arc<dyn Trim>> {
+        self.owners.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// [`Trim::before_fork`] of every live owner, with the registry locked (`self`).

@@ -71,6 +71,13 @@ fn exact_adapted(which: impl Fn(&End) -> bool) {
 /// wait for the other, which can only reach it through its descriptor.
 #[cfg(not(loom))]
 pub(crate) fn before_fork() {
+    // Every pipe's ends in the watcher's list, confined ones too: after the fork none is.
+    // With the registry unlocked (see `Registry::live_owners`).
+    let owners = crate::reclaim::registry().live_owners();
+    for owner in &owners {
+        owner.note_for_watch();
+    }
+    drop(owners);
     crate::watch::prepare_fork();
     crate::pipe::shared::note_fork();
     crate::watch::arm();
@@ -91,6 +98,8 @@ pub(crate) fn before_fork() {
 pub(crate) fn expose(shared: &Arc<Shared>) -> io::Result<()> {
     shared.ensure_signal()?;
     shared.expose_key()?;
+    // No longer confined: its ends join the watcher's list, which `arm` registers.
+    shared.note_ends_for_watch();
     crate::watch::arm();
     exact_adapted(|end| Arc::ptr_eq(&end.shared, shared));
     Ok(())
@@ -104,6 +113,10 @@ impl LocalEnd for End {
 
     fn give_signal(&self, fd: std::os::fd::OwnedFd) {
         let _ = self.signal.set(fd); // an end that has one keeps it (received ends)
+    }
+
+    fn note_for_watch(self: Arc<Self>) {
+        crate::watch::note(&(self as Arc<dyn crate::watch::Watched>));
     }
 }
 

@@ -26,6 +26,10 @@ pub(crate) trait LocalEnd: Send + Sync {
     /// Hands this end its descriptor of the pipe's new signal pipe (see
     /// [`Shared::ensure_signal`]).
     fn give_signal(&self, fd: std::os::fd::OwnedFd);
+
+    /// Puts this end in the death watcher's list (`crate::watch::note`): its pipe is leaving
+    /// this process, or the process is about to fork.
+    fn note_for_watch(self: std::sync::Arc<Self>);
 }
 
 /// Everything one process knows of one pipe: its mapping of the region.
@@ -586,6 +590,18 @@ impl Shared {
             let key = cached as u32;
             let ino = self.ino();
             own_keys().retain(|&(i, k, g)| !(i == ino && k == key && g == generation));
+        }
+    }
+
+    /// Puts this process's ends of this pipe in the death watcher's list (see
+    /// `crate::watch::note`): a confined pipe's ends are not in it.
+    #[cfg(not(loom))]
+    pub(crate) fn note_ends_for_watch(&self) {
+        for slot in &self.local {
+            let end = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(end) = end.and_then(|w| w.upgrade()) {
+                end.note_for_watch();
+            }
         }
     }
 

@@ -163,6 +163,10 @@ impl crate::reclaim::Trim for Shared {
         self.key_before_fork();
     }
 
+    fn note_for_watch(&self) {
+        self.note_ends_for_watch();
+    }
+
     fn in_forked_child(&self) {
         self.forget_key();
     }
