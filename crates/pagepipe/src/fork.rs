@@ -1,7 +1,9 @@
 //! Fork handling, in one place: the `pthread_atfork(3)` handlers, which call the parts that care.
 //!
-//! - before: the pipes note the fork and make their async adapters' descriptors exact (a pipe
-//!   may have ends in two processes afterwards, see `pipe::end::before_fork`); every pipe
+//! - before: every pipe's ends join the death watcher's list (a confined pipe's were not in
+//!   it; found through the registry's live owners, used with the registry unlocked), the
+//!   pipes note the fork and make their async adapters' descriptors exact (a pipe may have
+//!   ends in two processes afterwards, see `pipe::end::before_fork`); every pipe
 //!   makes its provisional key real (`Shared::key_before_fork`: the child will see the lock
 //!   words the parent's threads write, and must find their key locked); then the spare
 //!   memory registry's lock is taken, so the child never inherits it held by a thread that does

@@ -60,7 +60,8 @@ pub(crate) struct Watcher {
     /// The epoll instance's descriptor number (owned by the watcher thread, which never exits),
     /// with the fork generation ([`CHILD`]) of the process it belongs to.
     epoll: Option<(RawFd, u64)>,
-    /// Every live end of this process, by key (its address), watched or not yet.
+    /// Every live end of this process whose pipe is not confined to it (see [`note`]), by key
+    /// (its address), watched or not yet.
     ends: BTreeMap<usize, Weak<dyn Watched>>,
     /// Creating the thread or the instance failed in this generation: do not retry on every
     /// call (sleepers fall back to the tick).
