@@ -95,31 +95,11 @@ pub fn memfd_info(fd: BorrowedFd<'_>) -> io::Result<(u64, libc::c_int)> {
 /// # Errors
 /// `UnexpectedEof` if the file ends first; the OS's error from `pread(2)`.
 pub fn read_exact_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let at = libc::off_t::try_from(offset + done as u64)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        // SAFETY: the destination is the unfilled rest of `buf`, writable for its length.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                at,
-            )
-        };
-        match n {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            n => done += n as usize,
-        }
-    }
-    Ok(())
+    use std::os::unix::fs::FileExt;
+    // SAFETY: the File borrows the descriptor for this call only and is never dropped
+    // (ManuallyDrop), so it never closes what it does not own.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd.as_raw_fd()) });
+    file.read_exact_at(buf, offset)
 }
 
 /// The file `fd` refers to, as `(device, inode)` (`fstat(2)`): equal for two descriptors of

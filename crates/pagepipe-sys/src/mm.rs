@@ -51,20 +51,7 @@ impl Mapping {
             "mapping length {len} is not a positive page multiple"
         );
         // SAFETY: a fresh mapping at an address of the kernel's choice aliases no Rust memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).expect("mmap returned a null mapping");
+        let ptr = unsafe { mmap(None, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd) }?;
         Ok(Mapping { ptr, len })
     }
 
@@ -116,6 +103,31 @@ impl Drop for Mapping {
         // SAFETY: the mapping is ours alone (type invariant) and nothing borrows it past drop.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// `mmap(2)` of `len` bytes from offset 0 of `fd` (-1: anonymous), at `at` exactly
+/// (`MAP_FIXED` is then added) or where the kernel chooses.
+///
+/// # Safety
+/// With `at`, the caller owns `at..at + len` and nothing points into it: it is replaced.
+unsafe fn mmap(
+    at: Option<NonNull<u8>>,
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: RawFd,
+) -> io::Result<NonNull<u8>> {
+    let (addr, flags) = match at {
+        Some(a) => (a.as_ptr().cast(), flags | libc::MAP_FIXED),
+        None => (std::ptr::null_mut(), flags),
+    };
+    // SAFETY: without `at` the kernel picks a range that aliases nothing; with it, the caller
+    // owns the range (above).
+    let ptr = unsafe { libc::mmap(addr, len, prot, flags, fd, 0) };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(NonNull::new(ptr.cast::<u8>()).expect("mmap returned a null mapping"))
 }
 
 /// Frees the pages of `addr..addr + len` of a shared mapping (`madvise(2)`, `MADV_REMOVE`:
@@ -173,27 +185,16 @@ pub fn resident_raw(addr: *mut u8, len: usize) -> io::Result<usize> {
 pub fn reserve_aligned(len: usize, align: usize) -> io::Result<NonNull<u8>> {
     assert!(align.is_power_of_two() && align % PAGE_SIZE == 0 && len % PAGE_SIZE == 0 && len > 0);
     let span = len + align;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choice aliases nothing.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    let ptr = unsafe { mmap(None, span, libc::PROT_NONE, flags, -1) }?.as_ptr();
     let start = ptr as usize;
     let aligned = start.next_multiple_of(align);
     // SAFETY: both trimmed pieces lie inside the reservation just made, which nothing else
     // knows of.
     unsafe {
         if aligned > start {
-            libc::munmap(ptr, aligned - start);
+            libc::munmap(ptr.cast(), aligned - start);
         }
         let end = aligned + len;
         if start + span > end {
@@ -214,33 +215,9 @@ pub fn reserve_aligned(len: usize, align: usize) -> io::Result<NonNull<u8>> {
 /// The OS's error from `mmap(2)`. What was mapped there is then unchanged since Linux 6.12;
 /// before, the kernel may have unmapped the range first, so the caller must not count on it.
 pub unsafe fn map_shared_at(addr: NonNull<u8>, fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
-    let ptr = unsafe {
-        libc::mmap(
-            addr.as_ptr().cast(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Maps `len` bytes of the file `fd` from offset 0, shared, readable and writable, at an
-/// address of the kernel's choice; unmapped with [`unmap`].
-///
-/// # Errors
-/// The OS's error from `mmap(2)`.
-pub fn map_shared_raw(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>> {
-    let m = Mapping::shared(fd, len)?;
-    let ptr = m.ptr;
-    std::mem::forget(m); // the caller owns it now
-    Ok(ptr)
+    unsafe { mmap(Some(addr), len, prot, libc::MAP_SHARED, fd.as_raw_fd()) }.map(drop)
 }
 
 /// Turns `addr..addr + len` back into reserved address space (`PROT_NONE`, nothing
@@ -254,21 +231,9 @@ pub fn map_shared_raw(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>>
 /// The OS's error from `mmap(2)` (the old mapping is then still there since Linux 6.12; see
 /// [`map_shared_at`]).
 pub unsafe fn re_reserve(addr: NonNull<u8>, len: usize) -> io::Result<()> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: the caller owns the range (above); MAP_FIXED replaces it atomically.
-    let ptr = unsafe {
-        libc::mmap(
-            addr.as_ptr().cast(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    unsafe { mmap(Some(addr), len, libc::PROT_NONE, flags, -1) }.map(drop)
 }
 
 /// Unmaps `addr..addr + len` (`munmap(2)`).

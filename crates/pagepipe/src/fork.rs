@@ -75,9 +75,6 @@ extern "C" fn before_fork() {
     FORK_EXCL.with(|x| *x.borrow_mut() = Some(excl));
     crate::pipe::end::before_fork();
     let guard = registry();
-    // After the fork is counted (above) and before the keys' list is locked (below): every
-    // provisional key becomes real (see `Shared::take_key`).
-    guard.owners_before_fork();
     let holds = guard.hold_owners_for_fork();
     FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));

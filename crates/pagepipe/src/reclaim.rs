@@ -50,7 +50,7 @@ pub(crate) trait Trim: Send + Sync {
     }
 
     /// Runs in the prepare fork handler (the forking thread, the fork gate held exclusively,
-    /// the fork counted, the registry locked): readies what a fork must find ready (see
+    /// the fork counted, the registry unlocked): readies what a fork must find ready (see
     /// `Shared::key_before_fork`: the process's provisional key on a pipe made real).
     fn before_fork(&self) {}
 
@@ -119,13 +119,6 @@ impl Registry {
     /// which registers its trimmer: a deadlock).
     pub(crate) fn live_owners(&self) -> Vec<Arc<dyn Trim>> {
         self.owners.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// [`Trim::before_fork`] of every live owner, with the registry locked (`self`).
-    pub(crate) fn owners_before_fork(&self) {
-        for owner in self.owners.iter().filter_map(Weak::upgrade) {
-            owner.before_fork();
-        }
     }
 
     /// In a forked child, with the registry locked (`self`): the parent's trimmer thread is

@@ -314,9 +314,14 @@ struct Layout {
     near_len: usize,
 }
 
+/// The offset of slot `NEAR_SLOTS` ([`Layout::far_slots`]): right after the arena.
+fn far_slots(slot_size: usize, max_ring: usize) -> usize {
+    ARENA + max_ring * slot_size
+}
+
 impl Layout {
     fn of(slot_size: usize, max_ring: usize) -> Layout {
-        let far_slots = ARENA + max_ring * slot_size;
+        let far_slots = far_slots(slot_size, max_ring);
         let rest = max_ring.saturating_sub(NEAR_SLOTS) * std::mem::size_of::<Slot>();
         let near_positions = max_ring.min(NEAR_BYTES / slot_size);
         Layout {
@@ -363,12 +368,10 @@ pub(crate) struct Region {
 struct Backing {
     /// The near part, in a cell.
     near: crate::cells::Cell,
-    /// The whole file, mapped at the first need (see [`Region::ensure_far`]); null until then.
-    /// Never unmapped while the region lives (callers hold pointers into it), except by
-    /// [`Region::punch`], which no other user of the region can overlap.
-    far: std::sync::atomic::AtomicPtr<u8>,
-    /// The file's size: the far part's length.
-    total: usize,
+    /// The whole file, mapped at the first need (see [`Region::ensure_far`]). Never unmapped
+    /// while the region lives (callers hold pointers into it), except by [`Region::punch`],
+    /// which no other user of the region can overlap.
+    far: std::sync::OnceLock<crate::sys::mm::Mapping>,
     /// This process's descriptor of the memory file, -1 once a forked child could not reopen
     /// it (or its parent could not make its key real). Until the process takes a real key
     /// ([`KEYED`]) it names the description the mapping was made from; from then on a
@@ -396,12 +399,11 @@ const KEYED: u8 = 2;
 
 #[cfg(not(loom))]
 impl Backing {
-    fn new(near: crate::cells::Cell, memfd: std::os::fd::OwnedFd, total: usize) -> Backing {
+    fn new(near: crate::cells::Cell, memfd: std::os::fd::OwnedFd) -> Backing {
         use std::os::fd::IntoRawFd;
         Backing {
             near,
-            far: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
-            total,
+            far: std::sync::OnceLock::new(),
             memfd: std::sync::atomic::AtomicI32::new(memfd.into_raw_fd()),
             keyed: std::sync::atomic::AtomicU8::new(UNKEYED),
             lose_in_child: std::sync::atomic::AtomicBool::new(false),
@@ -412,11 +414,6 @@ impl Backing {
 #[cfg(not(loom))]
 impl Drop for Backing {
     fn drop(&mut self) {
-        if let Some(far) = NonNull::new(*self.far.get_mut()) {
-            // SAFETY: the far part is this region's own mapping of `total` bytes, and nothing
-            // points into it once the region is dropped.
-            unsafe { crate::sys::mm::unmap(far, self.total) };
-        }
         let raw = *self.memfd.get_mut();
         if raw >= 0 {
             crate::sys::fd::close_raw(raw);
@@ -592,7 +589,7 @@ impl Region {
         let memfd = crate::sys::memfd::sealed_memfd(layout.total as u64)?;
         use std::os::fd::AsFd;
         let near = crate::cells::Cell::map(memfd.as_fd(), layout.near_len)?;
-        let backing = Backing::new(near, memfd, layout.total);
+        let backing = Backing::new(near, memfd);
         let region = Region::from_backing(backing, layout, config, max_ring);
         region.init(ring_size)?;
         Ok(region)
@@ -798,7 +795,7 @@ impl Region {
         };
         let near = crate::cells::Cell::map(memfd.as_fd(), layout.near_len)?;
         Ok(Region::from_backing(
-            Backing::new(near, memfd, size),
+            Backing::new(near, memfd),
             layout,
             config,
             max_ring,
@@ -821,16 +818,13 @@ impl Region {
     /// pipe may not need it.
     #[cfg(not(loom))]
     pub(crate) fn punch(&mut self) {
-        use crate::sys::mm;
-        let far = std::mem::replace(self.backing.far.get_mut(), std::ptr::null_mut());
-        if let Some(far) = NonNull::new(far) {
-            mm::advise_raw_remove(far.as_ptr(), self.backing.total);
-            // SAFETY: the far part is this region's own mapping of `total` bytes, and `&mut
-            // self` means nothing points into it.
-            unsafe { mm::unmap(far, self.backing.total) };
+        // `&mut self`: nothing points into the far part, which is unmapped when it goes.
+        if let Some(far) = self.backing.far.take() {
+            far.remove(0, far.len());
         } else {
             // Nothing in this process touched the far part, and no other process maps it.
-            mm::advise_raw_remove(self.backing.near.as_ptr(), self.backing.near.len());
+            let near = &self.backing.near;
+            crate::sys::mm::advise_raw_remove(near.as_ptr(), near.len());
         }
     }
 
@@ -990,9 +984,8 @@ impl Region {
             !far.is_null(),
             "slot {pos} is in the far part, not mapped here"
         );
-        // Where `Layout::far_slots` is: after the arena.
-        let far_slots = ARENA + self.max_ring * self.config.slot_size;
-        let off = far_slots + (pos - self.near_slots) * std::mem::size_of::<Slot>();
+        let off = far_slots(self.config.slot_size, self.max_ring)
+            + (pos - self.near_slots) * std::mem::size_of::<Slot>();
         // SAFETY: the far part maps the whole file, whose slots past the header's page start
         // at `far_slots` and hold max_ring - near_slots slots (pos < max_ring); aligned to 64
         // (far_slots is a page multiple).
@@ -1041,8 +1034,11 @@ impl Region {
     fn far(&self) -> *mut u8 {
         #[cfg(not(loom))]
         {
-            // Acquire: pairs with the Release CAS in `map_far` (the mapping exists first).
-            self.backing.far.load(std::sync::atomic::Ordering::Acquire)
+            // OnceLock::get: an Acquire load that pairs with its `set` in `map_far`.
+            self.backing
+                .far
+                .get()
+                .map_or(std::ptr::null_mut(), crate::sys::mm::Mapping::as_ptr)
         }
         #[cfg(loom)]
         {
@@ -1077,29 +1073,15 @@ impl Region {
     #[cfg(not(loom))]
     #[cold]
     fn map_far(&self) -> io::Result<()> {
-        use std::sync::atomic::Ordering as O;
         // No fork while the spare descriptor is open or the mapping unowned: a child would
         // inherit them, unknown to it.
         let no_fork = crate::fork_gate::hold();
         let fd = crate::sys::fd::reopen(self.memfd()?)?;
-        let total = self.backing.total;
-        let far = crate::sys::mm::map_shared_raw(std::os::fd::AsFd::as_fd(&fd), total);
+        let total = Layout::of(self.config.slot_size, self.max_ring).total;
+        let far = crate::sys::mm::Mapping::shared(std::os::fd::AsFd::as_fd(&fd), total);
         drop(fd);
-        let far = far?;
-        // Release: the mapping exists before any thread sees the pointer (pairs with `far`).
-        let won = self.backing.far.compare_exchange(
-            std::ptr::null_mut(),
-            far.as_ptr(),
-            O::Release,
-            O::Relaxed,
-        );
-        if won.is_err() {
-            // Another thread mapped it first.
-            // SAFETY: our own mapping of `total` bytes, never published.
-            unsafe { crate::sys::mm::unmap(far, total) };
-        }
-        // Only now: a child forked between the mapping and its publication (or its unmapping)
-        // would keep a mapping nothing in it owns.
+        // A thread that lost the race drops (unmaps) its own, still under the gate.
+        let _ = self.backing.far.set(far?);
         drop(no_fork);
         Ok(())
     }

@@ -68,11 +68,10 @@ pub(crate) fn take(config: Config, ring_size: usize, reach: usize) -> Option<Reg
 
 /// Keeps the region of a dropped pipe that never left this process for the next pipe (or
 /// drops it: the cache is full, or the region is not a data pipe's).
-pub(crate) fn give(region: Region) {
+pub(crate) fn give(mut region: Region) {
     if region.config.notes != 0 {
         return;
     }
-    let mut region = region;
     region.punch();
     let mut cache = lock();
     if cache.waiting.len() >= CACHED {

@@ -71,17 +71,23 @@ fn exact_adapted(which: impl Fn(&End) -> bool) {
 /// wait for the other, which can only reach it through its descriptor.
 #[cfg(not(loom))]
 pub(crate) fn before_fork() {
-    // Every pipe's ends in the watcher's list, confined ones too: after the fork none is.
-    // With the registry unlocked (see `Registry::live_owners`).
+    // Every pipe, with the registry unlocked (see `Registry::live_owners`).
     let owners = crate::reclaim::registry().live_owners();
+    // Every pipe's ends in the watcher's list, confined ones too: after the fork none is.
     for owner in &owners {
         owner.note_for_watch();
     }
-    drop(owners);
     crate::watch::prepare_fork();
     crate::pipe::shared::note_fork();
     crate::watch::arm();
     exact_adapted(|_| true);
+    // After the fork is counted (no provisional key is chosen from here on) and before the
+    // keys' list is locked for the fork: every provisional key becomes real (see
+    // `Shared::take_key`).
+    for owner in &owners {
+        owner.before_fork();
+    }
+    drop(owners); // a last handle dropped here: no longer confined, so not cached
 }
 
 /// An end of `shared` is going to another process: the pipe gets its signal pipe if it had
