@@ -230,11 +230,16 @@ impl Writer {
     /// own reserve, which `fallocate` may not take either). A failing `fallocate` keeps what it
     /// allocated before it ran out (a 10 GiB request on a 512 MiB filesystem kept 488 MiB, and
     /// a request of all of `f_bfree` on a 16 MiB ext4 kept 13.4 MiB), so this check is what
-    /// keeps a refused request from holding the disk. Where `fallocate` fails anyway (space
-    /// taken meanwhile by someone else), the writer punches out what it reserved past the
-    /// file's end (`FALLOC_FL_PUNCH_HOLE`) unless the file's size moved during the call (then
-    /// another writer is extending it). On ext4, which clamps a punch to the file's size, that
-    /// frees nothing, and the error says the reservation stays.
+    /// keeps a refused request from holding the disk. Where `fallocate` fails anyway (the space
+    /// taken meanwhile by someone else), the writer gives back what the call left reserved past
+    /// the file's end without touching a byte inside it: on ext4 with a direct write that would
+    /// extend the file and fails, after which the kernel cuts the file at its size of that
+    /// instant, under the inode lock, so that no other writer's append is ever cut; tmpfs
+    /// undoes a failed call itself. That frees whatever was reserved past the end, another
+    /// writer's reservation too. The error says what is left: blocks the call allocated in the
+    /// file's holes stay (they read as zeros, and freeing them could zero what another writer
+    /// writes there meanwhile), and so does what it reserved past the end on a filesystem where
+    /// neither way works.
     ///
     /// ```
     /// use std::io::Write;
@@ -266,47 +271,76 @@ impl Writer {
         check_room(&self.io, &before, len)?;
         match reserve(&self.io, len) {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.unreserve(e, before.len(), len)),
+            Err(e) => Err(self.unreserve(e, &before, len)),
         }
     }
 
-    /// After a failed `fallocate(0..len)` on a file `size_before` long: punches out what it
-    /// reserved past the file's end where the filesystem lets it, and returns the error to
-    /// report, saying whether the partial reservation stays.
-    fn unreserve(&self, e: io::Error, size_before: u64, len: u64) -> io::Error {
+    /// After a failed `fallocate(0..len)` (the file's metadata before it: `before`): gives back
+    /// what the call left reserved past the file's end, where that touches no one's data, and
+    /// returns the error to report, saying what is left.
+    ///
+    /// A failing `fallocate` keeps the blocks it allocated before it ran out. Those in the
+    /// file's holes stay: they read as zeros as before, and a hole punch there could zero what
+    /// another writer wrote meanwhile. Past the end, only a cut at the size frees them on ext4
+    /// (a hole punch is clamped to the size), and the kernel makes that cut, at the size of the
+    /// moment, when a write that would extend the file fails
+    /// ([`sys::fs::ext4_free_blocks_past_end`]). A punch or a truncation at a size read
+    /// beforehand (what this writer did before) zeroes or cuts off whatever another writer
+    /// appended in between.
+    fn unreserve(&self, e: io::Error, before: &std::fs::Metadata, len: u64) -> io::Error {
         use std::os::unix::fs::MetadataExt;
-        let kept = match self.io.metadata() {
-            Err(_) => "kept: the file cannot be inspected",
-            Ok(m) if m.len() != size_before => {
-                "kept: the file grew meanwhile (another writer), and a punch past its old end \
-                 could zero that writer's data"
-            }
-            Ok(m) if m.len().max(self.end).next_multiple_of(PAGE) >= len => {
-                "nothing past the file's end to give back"
-            }
-            Ok(m) => {
-                let from = m.len().max(self.end).next_multiple_of(PAGE);
-                let punched = sys::fs::punch_hole_keep_size(&self.io, from, len - from);
-                let after = self.io.metadata().map_or(m.blocks(), |a| a.blocks());
-                if punched.is_ok_and(|p| p) && after < m.blocks() {
-                    "what it reserved past the file's end was given back"
-                } else {
-                    // ext4 clamps a punch to the file's size: only a truncation to the file's
-                    // own size frees blocks past it, and that races with another writer
-                    // extending the file (the writer never does it; see preallocate).
-                    "what it reserved past the file's end stays (this filesystem frees it only \
-                     when the file is truncated, which the writer never does: truncate it to \
-                     its size if no one else writes it)"
+        let left = match self.blocks_past_end() {
+            Ok(Some(false)) => "no block is left reserved past the file's end".to_string(),
+            Ok(Some(true)) => match self.give_back_past_end() {
+                Ok(()) => {
+                    "the blocks it left reserved past the file's end were given back".to_string()
                 }
-            }
+                Err(why) => format!(
+                    "blocks stay reserved past the file's end ({why}): truncating the file to \
+                     its size frees them, if no one else writes it"
+                ),
+            },
+            Ok(None) => match self.io.metadata() {
+                Ok(m) if m.blocks() <= before.blocks() => {
+                    "the file holds no more blocks than before the call".to_string()
+                }
+                _ => "blocks may stay reserved past the file's end (this filesystem does not \
+                      say where a file's blocks lie)"
+                    .to_string(),
+            },
+            Err(why) => format!("what it left reserved cannot be seen ({why})"),
         };
         io::Error::new(
             e.kind(),
             format!(
-                "fallocate of bytes 0..{len} reported {} ({e}); {kept}",
+                "fallocate of bytes 0..{len} reported {} ({e}); {left}",
                 errno_name(&e)
             ),
         )
+    }
+
+    /// Frees every block past the file's end ([`sys::fs::ext4_free_blocks_past_end`]), trying
+    /// again while another writer's appends keep the cut from happening (a write at the end as
+    /// it was read extends nothing once the file grew past it).
+    ///
+    /// # Errors
+    /// Why blocks remain: the filesystem's, or that they were not freed.
+    fn give_back_past_end(&self) -> io::Result<()> {
+        for _ in 0..3 {
+            sys::fs::ext4_free_blocks_past_end(&self.io)?;
+            if self.blocks_past_end()? == Some(false) {
+                return Ok(());
+            }
+        }
+        Err(io::Error::other("they were not freed"))
+    }
+
+    /// Whether the file holds blocks past its end, as far as its filesystem says (`None`: it
+    /// does not, as tmpfs).
+    fn blocks_past_end(&self) -> io::Result<Option<bool>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.io.metadata()?;
+        sys::fs::has_blocks_from(&self.io, m.len().next_multiple_of(m.blksize().max(1)))
     }
 
     /// In a forked child, before an inherited writer does anything: takes an open file

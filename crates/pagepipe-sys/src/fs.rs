@@ -1,6 +1,7 @@
-//! File I/O with per-call flags and page-cache control, for uncached writers (`pwritev2(2)`, `preadv2(2)`, `sync_file_range(2)`, `posix_fadvise(2)`, `fallocate(2)`, `cachestat(2)`, `mincore(2)`).
+//! File I/O with per-call flags and page-cache control, for uncached writers (`pwritev2(2)`, `preadv2(2)`, `sync_file_range(2)`, `posix_fadvise(2)`, `fallocate(2)`, `FS_IOC_FIEMAP`, `cachestat(2)`, `mincore(2)`).
 
 use crate::mm::PAGE_SIZE;
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -113,18 +114,6 @@ pub fn fallocate_keep_size(fd: &impl AsRawFd, len: u64) -> io::Result<bool> {
     fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, len)
 }
 
-/// Frees the blocks of `offset..offset + len` of the file without changing its size
-/// (`fallocate(2)` with `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`): reads there return zeros
-/// and cached pages there are dropped, dirty or not. `Ok(false)` where the filesystem cannot
-/// (`EOPNOTSUPP`).
-///
-/// # Errors
-/// The OS's error from `fallocate(2)` (`EOPNOTSUPP` on a filesystem without hole punching).
-pub fn punch_hole_keep_size(fd: &impl AsRawFd, offset: u64, len: u64) -> io::Result<bool> {
-    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-    fallocate(fd, mode, offset, len)
-}
-
 /// `fallocate(2)` of `offset..offset + len` with `mode`; `Ok(false)` where the filesystem
 /// cannot (`EOPNOTSUPP`).
 fn fallocate(fd: &impl AsRawFd, mode: libc::c_int, offset: u64, len: u64) -> io::Result<bool> {
@@ -156,6 +145,135 @@ pub fn free_bytes(fd: &impl AsRawFd) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// `FS_IOC_FIEMAP` (`include/uapi/linux/fs.h`): `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+
+/// `struct fiemap` (`include/uapi/linux/fiemap.h`) without the extent array that follows it:
+/// asked for no extents, the kernel only counts them.
+#[repr(C)]
+#[derive(Default)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+}
+const _: () = assert!(std::mem::size_of::<Fiemap>() == 32);
+
+/// Whether the file holds any block at or past byte `offset`, blocks reserved past its end
+/// (`fallocate` with `FALLOC_FL_KEEP_SIZE`) included (`FS_IOC_FIEMAP`, counting extents only).
+/// `Ok(None)` where the filesystem cannot say (`EOPNOTSUPP`: tmpfs).
+///
+/// # Errors
+/// The OS's error from `ioctl(2)`.
+pub fn has_blocks_from(fd: &impl AsRawFd, offset: u64) -> io::Result<Option<bool>> {
+    let mut map = Fiemap {
+        start: offset,
+        length: u64::MAX - offset,
+        ..Fiemap::default()
+    };
+    // SAFETY: FS_IOC_FIEMAP reads and writes a `struct fiemap` at the pointer, valid and of the
+    // kernel's layout for the call; with `extent_count` 0 it writes no extents after it.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_FIEMAP as _, &mut map as *mut Fiemap) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP | libc::ENOTTY) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(map.mapped_extents > 0))
+}
+
+/// Whether the file lies on ext4 (`fstatfs(2)`'s `f_type`; ext2 and ext3 run by the ext4
+/// driver report the same).
+///
+/// # Errors
+/// The OS's error from `fstatfs(2)`.
+pub fn on_ext4(fd: &impl AsRawFd) -> io::Result<bool> {
+    // SAFETY: statfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes a statfs to the pointer we pass, valid for the call; the fd is
+    // borrowed from a live file.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Both casts: the field's and the constant's types differ between C libraries.
+    #[allow(clippy::unnecessary_cast)]
+    let ext4 = st.f_type as i64 == libc::EXT4_SUPER_MAGIC as i64;
+    Ok(ext4)
+}
+
+/// On ext4, frees every block of `file` past its end, the end as it is at that instant, without
+/// touching a byte inside it: what `fallocate(FALLOC_FL_KEEP_SIZE)` reserved there, by anyone.
+///
+/// ext4 cleans up after a direct write that would have extended the file and failed by cutting
+/// the file at its size, under the inode lock, which frees whatever lies past the size. Such a
+/// write is made here: one page from an address mapped `PROT_NONE`, at the first page boundary
+/// at or past the size, through a direct-I/O description of the file opened for the purpose.
+/// It fails with `EFAULT` before any data moves. A write that extends the file holds the inode
+/// lock exclusively, so no other write or truncation runs between the kernel's reading of the
+/// size and the cut: what another writer appended before is inside the size and kept, what it
+/// appends after comes after. (A truncation to a size read beforehand, the only other way to
+/// free blocks past the end on ext4, which clamps a hole punch to the size, cuts off whatever
+/// another writer appended in between.) The file's modification time moves, as a write's does.
+///
+/// Checked on Linux 6.18 only; the caller confirms with [`has_blocks_from`]. Does nothing on
+/// another filesystem, or where the write would reach the `RLIMIT_FSIZE` limit (the kernel
+/// would raise `SIGXFSZ`).
+///
+/// # Errors
+/// [`io::ErrorKind::Unsupported`] off ext4, [`io::ErrorKind::FileTooLarge`] at the size
+/// limit; the reopen's errors (`EACCES` where the file's permissions forbid writing it, `EINVAL`
+/// without direct I/O); the write's, other than the `EFAULT` it is made to fail with.
+pub fn ext4_free_blocks_past_end(file: &File) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !on_ext4(file)? {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "freeing blocks past the end by a failed write is known of ext4 only",
+        ));
+    }
+    let page = PAGE_SIZE as u64;
+    let at = file.metadata()?.len().next_multiple_of(page);
+    // SAFETY: rlimit is plain data, for which all zeroes is a valid value.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes an rlimit to the pointer we pass, valid for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+        && at + page > limit.rlim_cur
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("a write at byte {at} would pass the file size limit (RLIMIT_FSIZE)"),
+        ));
+    }
+    let direct = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    let guard = crate::mm::reserve_aligned(PAGE_SIZE, PAGE_SIZE)?;
+    let at_off = offset_to_off_t(at)?;
+    // SAFETY: the source is a page of our own reservation, mapped PROT_NONE: the kernel cannot
+    // read it and fails the write with EFAULT (no Rust memory is read); the fd is borrowed from
+    // a live file.
+    let rc = unsafe { libc::pwrite(direct.as_raw_fd(), guard.as_ptr().cast(), PAGE_SIZE, at_off) };
+    let e = io::Error::last_os_error();
+    // SAFETY: the page is the reservation made above, which nothing else knows of.
+    unsafe { crate::mm::unmap(guard, PAGE_SIZE) };
+    match rc {
+        // Nothing can be read from a PROT_NONE page: a kernel that says otherwise is not one
+        // this was checked on.
+        n if n >= 0 => Err(io::Error::other(format!(
+            "a direct write from an unreadable page reported {n} bytes written"
+        ))),
+        _ if e.raw_os_error() == Some(libc::EFAULT) => Ok(()),
+        _ => Err(e),
+    }
 }
 
 /// Page-cache state of a file range, in pages (`struct cachestat`, `cachestat(2)`).
