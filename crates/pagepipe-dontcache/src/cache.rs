@@ -1,5 +1,5 @@
 //! Page-cache inspection: how much of a file is cached, dropping a file's clean pages, and
-//! reserving a file's blocks.
+//! reserving a file's blocks and giving them back.
 
 use crate::consts::PAGE;
 use pagepipe_sys as sys;
@@ -64,7 +64,8 @@ pub fn drop_cache(file: &File) -> io::Result<()> {
 /// Reserves disk blocks for `file`'s first `len` bytes without changing its size (`fallocate(2)`
 /// with `FALLOC_FL_KEEP_SIZE`); `Ok(false)` where the filesystem cannot (`EOPNOTSUPP`). What
 /// [`Writer::preallocate`] does, for files written some other way (benchmarks reserve every
-/// mode's file alike with it). The reserved blocks past the end stay until the file is truncated.
+/// mode's file alike with it). The reserved blocks past the end stay until the file is truncated
+/// or they are given back with [`release`].
 ///
 /// # Errors
 /// The OS's error: [`io::ErrorKind::StorageFull`] when the filesystem cannot hold `len` bytes,
@@ -73,6 +74,82 @@ pub fn drop_cache(file: &File) -> io::Result<()> {
 /// [`Writer::preallocate`]: crate::Writer::preallocate
 pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
     sys::fs::fallocate_keep_size(file, len)
+}
+
+/// Gives back every block reserved past `file`'s end (by [`reserve`],
+/// [`Writer::preallocate`], `fallocate --keep-size`, by anyone) without touching a byte inside
+/// the file, even while another writer appends to it.
+///
+/// A truncation to the file's size frees such blocks, but the size is a moving target while
+/// another writer appends: a size read and then set cuts off what was appended in between. On
+/// ext4 this asks the kernel to cut the file at its size of the moment instead: a direct write
+/// that would extend the file, made to fail before any data moves (from an unreadable page),
+/// after which ext4 truncates the file at its size under the lock every write holds. An
+/// append made before is inside the size and kept; one made after comes after. The file's
+/// modification time moves, as a write's does. Like any truncation on ext4, the cut records the
+/// current size on disk ahead of the writeback of bytes appended and not yet synced: after a
+/// crash before that writeback, those bytes read as zeros where the file would otherwise have
+/// been shorter.
+///
+/// ```
+/// use pagepipe_dontcache::{release, reserve};
+///
+/// let path = std::env::temp_dir().join(format!("dontcache-release-{}", std::process::id()));
+/// let file = std::fs::File::create(&path)?;
+/// reserve(&file, 1 << 20)?;
+/// match release(&file) {
+///     Ok(()) => {} // nothing is reserved past the end now
+///     Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {} // not ext4
+///     Err(e) => return Err(e),
+/// }
+/// std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+///
+/// # Errors
+/// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4 or does not say where a
+/// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs); [`io::ErrorKind::FileTooLarge`] where the write
+/// would pass the process's file size limit (`RLIMIT_FSIZE`); the reopen's errors (a direct-I/O
+/// description of the file is opened through `/proc/self/fd`: `EACCES` where the file's
+/// permissions forbid writing it); the write's other than `EFAULT`; an error saying blocks
+/// remain past the end when three cuts did not free them (another writer kept appending past
+/// each one, or a kernel that does not cut).
+///
+/// [`Writer::preallocate`]: crate::Writer::preallocate
+pub fn release(file: &File) -> io::Result<()> {
+    let unsupported = || {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this filesystem does not say where a file's blocks lie",
+        )
+    };
+    for _ in 0..3 {
+        match blocks_past_end(file)? {
+            None => return Err(unsupported()),
+            Some(false) => return Ok(()),
+            // A write at the end as read extends nothing once another writer's append moved the
+            // end past it: then there is a next round, at the new end.
+            Some(true) => sys::fs::ext4_free_blocks_past_end(file)?,
+        }
+    }
+    match blocks_past_end(file)? {
+        None => Err(unsupported()),
+        Some(false) => Ok(()),
+        Some(true) => Err(io::Error::other(
+            "blocks stay reserved past the file's end: three cuts at its size did not free them",
+        )),
+    }
+}
+
+/// Whether `file` holds blocks past its end, as far as its filesystem says (`None`: it does not,
+/// as tmpfs).
+///
+/// # Errors
+/// The OS's error from `fstat` or `FS_IOC_FIEMAP`.
+pub(crate) fn blocks_past_end(file: &File) -> io::Result<Option<bool>> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    sys::fs::has_blocks_from(file, m.len().next_multiple_of(m.blksize().max(1)))
 }
 
 /// Refuses to reserve `0..len` of `file` (whose metadata is `meta`) when it may not fit: the

@@ -80,7 +80,7 @@ mod pacing; // the arithmetic of a writer's pauses
 mod reader; // Reader
 mod writer; // Writer
 
-pub use cache::{cached_bytes, cached_bytes_in, drop_cache, reserve};
+pub use cache::{cached_bytes, cached_bytes_in, drop_cache, release, reserve};
 pub use consts::{DEFAULT_WINDOW, MAX_OVERDRAFT, MIN_WINDOW, SHARED_WINDOW};
 pub use mode::{Mode, Stats};
 pub use reader::Reader;

@@ -1,7 +1,7 @@
 //! The writer: [`Writer`], in kernel mode (`RWF_DONTCACHE`) or in fallback mode (buffered writes
 //! recorded for the flusher, paced, bounded by a window).
 
-use crate::cache::{check_room, reserve};
+use crate::cache::{blocks_past_end, check_room, release, reserve};
 use crate::consts::{
     INITIAL_BANDWIDTH, MAX_PAUSE, MIN_PAUSE, MIN_WINDOW, OVERDRAFT_WINDOWS, PAGE, SHARED_WINDOW,
     WINDOW_RECHECK,
@@ -218,11 +218,12 @@ impl Writer {
     /// means cutting the file at its end, and the end is a moving target while another writer
     /// extends the file: a length read and then set back (what this writer did before issue 27)
     /// cut off what the other wrote in between, and two writers filling one file in parallel
-    /// got zeroed blocks back in 2-7 of 10 runs per mode. A caller that knows it is the file's
-    /// only writer, and its final length, gives the rest back itself with
-    /// `file().set_len(final_len)` (a truncation to the file's own size frees the blocks past
-    /// it on ext4). A filesystem that cannot preallocate (`EOPNOTSUPP`) is left alone: the call
-    /// does nothing.
+    /// got zeroed blocks back in 2-7 of 10 runs per mode. The caller gives the rest back: on
+    /// ext4 with [`release`]`(w.file())`, which has the kernel cut the file at its size of the
+    /// moment and so never cuts another writer's append (it frees another writer's reservation
+    /// past the end too); on any filesystem, if it knows it is the file's only writer, with
+    /// `file().set_len(final_len)`. A filesystem that cannot preallocate (`EOPNOTSUPP`) is left
+    /// alone: the call does nothing.
     ///
     /// A request that may not fit is refused before anything is reserved: what the file does
     /// not hold yet is compared with the filesystem's free space for unprivileged use
@@ -283,15 +284,14 @@ impl Writer {
     /// file's holes stay: they read as zeros as before, and a hole punch there could zero what
     /// another writer wrote meanwhile. Past the end, only a cut at the size frees them on ext4
     /// (a hole punch is clamped to the size), and the kernel makes that cut, at the size of the
-    /// moment, when a write that would extend the file fails
-    /// ([`sys::fs::ext4_free_blocks_past_end`]). A punch or a truncation at a size read
-    /// beforehand (what this writer did before) zeroes or cuts off whatever another writer
-    /// appended in between.
+    /// moment, when a write that would extend the file fails ([`release`]). A punch or a
+    /// truncation at a size read beforehand (what this writer did before) zeroes or cuts off
+    /// whatever another writer appended in between.
     fn unreserve(&self, e: io::Error, before: &std::fs::Metadata, len: u64) -> io::Error {
         use std::os::unix::fs::MetadataExt;
-        let left = match self.blocks_past_end() {
+        let left = match blocks_past_end(&self.io) {
             Ok(Some(false)) => "no block is left reserved past the file's end".to_string(),
-            Ok(Some(true)) => match self.give_back_past_end() {
+            Ok(Some(true)) => match release(&self.io) {
                 Ok(()) => {
                     "the blocks it left reserved past the file's end were given back".to_string()
                 }
@@ -317,30 +317,6 @@ impl Writer {
                 errno_name(&e)
             ),
         )
-    }
-
-    /// Frees every block past the file's end ([`sys::fs::ext4_free_blocks_past_end`]), trying
-    /// again while another writer's appends keep the cut from happening (a write at the end as
-    /// it was read extends nothing once the file grew past it).
-    ///
-    /// # Errors
-    /// Why blocks remain: the filesystem's, or that they were not freed.
-    fn give_back_past_end(&self) -> io::Result<()> {
-        for _ in 0..3 {
-            sys::fs::ext4_free_blocks_past_end(&self.io)?;
-            if self.blocks_past_end()? == Some(false) {
-                return Ok(());
-            }
-        }
-        Err(io::Error::other("they were not freed"))
-    }
-
-    /// Whether the file holds blocks past its end, as far as its filesystem says (`None`: it
-    /// does not, as tmpfs).
-    fn blocks_past_end(&self) -> io::Result<Option<bool>> {
-        use std::os::unix::fs::MetadataExt;
-        let m = self.io.metadata()?;
-        sys::fs::has_blocks_from(&self.io, m.len().next_multiple_of(m.blksize().max(1)))
     }
 
     /// In a forked child, before an inherited writer does anything: takes an open file

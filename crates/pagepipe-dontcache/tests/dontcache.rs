@@ -533,6 +533,73 @@ fn preallocate_reports_a_full_disk_before_writing() {
     drop(w);
 }
 
+/// `release` gives back what is reserved past the end while another writer appends, and cuts
+/// off none of its bytes. A size read and then set (`set_len(len())`, the alternative) does:
+/// counted here too, for the comparison. `PAGEPIPE_RACE_RUNS` sets the runs (default 10; 100
+/// to measure).
+#[test]
+fn release_never_cuts_an_append() {
+    let Some(fs) = SmallFs::ext4_or_skip("release_never_cuts_an_append") else {
+        return;
+    };
+    let runs: usize = std::env::var("PAGEPIPE_RACE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    const PIECE: usize = 16 << 10;
+    const PIECES: usize = 64;
+    let mut lost = [0usize; 2];
+    for run in 0..runs {
+        for (way, naive) in [(0, false), (1, true)] {
+            let path = fs.dir.join(format!("appended-{run}-{way}"));
+            let file = rw_file(&path);
+            let mut appender = OpenOptions::new().append(true).open(&path).unwrap();
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for i in 0..PIECES {
+                        appender.write_all(&[i as u8 + 1; PIECE]).unwrap();
+                    }
+                    done.store(true, Ordering::Relaxed);
+                });
+                while !done.load(Ordering::Relaxed) {
+                    dontcache::reserve(&file, 4 << 20).unwrap();
+                    if naive {
+                        file.set_len(file.metadata().unwrap().len()).unwrap();
+                    } else if let Err(e) = dontcache::release(&file) {
+                        // Three cuts each overtaken by an append: blocks stay, no byte goes.
+                        assert_eq!(e.kind(), io::ErrorKind::Other, "{e}");
+                    }
+                }
+            });
+            let got = std::fs::read(&path).unwrap();
+            let whole = got.len() == PIECE * PIECES
+                && got
+                    .chunks(PIECE)
+                    .enumerate()
+                    .all(|(i, c)| c.iter().all(|&b| b == i as u8 + 1));
+            if !whole {
+                lost[way] += 1;
+            }
+            if !naive {
+                dontcache::release(&file).unwrap();
+                let held = disk_bytes(&path);
+                assert!(
+                    held <= (PIECE * PIECES + (64 << 10)) as u64,
+                    "{held} bytes held"
+                );
+            }
+            drop(file);
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    println!(
+        "appended bytes lost: release {} of {runs} runs, set_len(len()) {} of {runs}",
+        lost[0], lost[1]
+    );
+    assert_eq!(lost[0], 0, "release cut off appended bytes");
+}
+
 /// Two writers fill one file in parallel, one of which preallocated its final size: when the
 /// preallocating one finishes while the other still extends the file, nothing of the other's
 /// may be lost (issue 27: its finish set the file's length back to a size it had read, and the
