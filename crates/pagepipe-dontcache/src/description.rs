@@ -15,8 +15,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
 /// Opens a new description of `file`'s inode, with its access mode and the status flags that
-/// change what a write means (`O_APPEND`, `O_SYNC`, `O_DSYNC`, `O_DIRECT`), close-on-exec.
-/// Never grants more access than `file` has: a read-only file reopens read-only.
+/// change what a write means (`O_SYNC`, `O_DSYNC`, `O_DIRECT`), close-on-exec. Never grants
+/// more access than `file` has: a read-only file reopens read-only. Never append-only: a writer
+/// writes at offsets, which Linux ignores on an append-only description (a writer refuses one:
+/// [`refuse_append`]; a flag the caller sets later on its own description does not reach this
+/// one).
 ///
 /// # Errors
 /// `fcntl`'s, or the open's: `ENOENT` without `/proc`, `EACCES` when the file's permissions
@@ -32,8 +35,30 @@ pub(crate) fn reopen(file: &File) -> io::Result<File> {
     OpenOptions::new()
         .read(access != libc::O_WRONLY)
         .write(access != libc::O_RDONLY)
-        .custom_flags(flags & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_DIRECT))
+        .custom_flags(flags & (libc::O_SYNC | libc::O_DSYNC | libc::O_DIRECT))
         .open(format!("/proc/self/fd/{fd}"))
+}
+
+/// Refuses a description opened for appending: Linux writes each `pwrite` on it at the end of
+/// the file whatever offset it is given, so a writer's bytes would land, and its window be
+/// counted, somewhere else than where it says.
+///
+/// # Errors
+/// [`io::ErrorKind::InvalidInput`] on an append-only description; `fcntl`'s.
+pub(crate) fn refuse_append(file: &File) -> io::Result<()> {
+    // SAFETY: F_GETFL reads the status flags of a descriptor borrowed from a live File.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if flags & libc::O_APPEND != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a dontcache writer writes at offsets, and the file is open for appending (Linux \
+             would put every write at the end): open it without append",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ pub enum Mode {
     Fallback,
 }
 
-/// What a [`Writer`] did, from [`Writer::stats`] or [`Writer::finish`].
+/// What a [`Writer`] did, from [`Writer::stats`] or [`Writer::finish`]. A writer a forked child
+/// inherited counts from the child's first use of it: what the parent wrote is the parent's.
 ///
 /// [`Writer`]: crate::Writer
 /// [`Writer::stats`]: crate::Writer::stats

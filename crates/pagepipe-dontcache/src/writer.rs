@@ -6,7 +6,7 @@ use crate::consts::{
     INITIAL_BANDWIDTH, MAX_PAUSE, MIN_PAUSE, MIN_WINDOW, OVERDRAFT_WINDOWS, PAGE, SHARED_WINDOW,
     WINDOW_RECHECK,
 };
-use crate::description::reopen;
+use crate::description::{refuse_append, reopen};
 use crate::error::{check_regular, errno_name, is_unsupported, unsupported};
 use crate::flusher::{give_back_overdraft, lock, take_overdraft, Shared, FLUSHER};
 use crate::fork;
@@ -121,10 +121,12 @@ impl Writer {
     /// first write, which then fails with [`io::ErrorKind::Unsupported`].
     ///
     /// # Errors
-    /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file; the OS's error if the
-    /// flusher threads cannot be started.
+    /// [`io::ErrorKind::InvalidInput`] if `file` is not a regular file, or is open for appending
+    /// (Linux would write every write at the end, not where the writer says); the OS's error if
+    /// the flusher threads cannot be started.
     pub fn with_mode(file: File, mode: Mode) -> io::Result<Writer> {
         check_regular(&file)?;
+        refuse_append(&file)?;
         fork::install();
         let end = file.metadata()?.len();
         let (io, private) = match reopen(&file) {
@@ -354,6 +356,16 @@ impl Writer {
         self.private = true;
         self.generation = now;
         self.registered = false;
+        // The child's figures start here: its finish() cannot vouch for the parent's bytes
+        // (their errors were the parent's to see), so its Stats do not count them either.
+        self.bytes_written = 0;
+        self.peak_dirty = 0;
+        self.peak_overdraft = 0;
+        self.waits = 0;
+        self.pace_debt_ns = 0;
+        self.pauses = 0;
+        self.next_sample = 0;
+        self.span = 0..0;
         if self.mode == Mode::Fallback {
             self.register()?;
         }
@@ -463,6 +475,10 @@ impl Writer {
     }
 
     fn write_fallback(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        // Registered at creation, on Auto's switch and on adoption in a forked child; again here
+        // if that failed (no thread could be started), so that no write waits for room a
+        // flusher that is not there would make.
+        self.register()?;
         let n = self.io.write_at(buf, offset)?;
         if n == 0 {
             return Ok(0);

@@ -533,6 +533,20 @@ fn preallocate_reports_a_full_disk_before_writing() {
     drop(w);
 }
 
+/// A file open for appending is refused: Linux puts every `pwrite` on it at the end, so a
+/// writer's `write_at(b"XX", 0)` on `hello` returned `Ok(2)` and left `helloXX`.
+#[test]
+fn an_append_only_file_is_refused() {
+    let t = TempFile(temp_path("append"));
+    std::fs::write(&t.0, b"hello").unwrap();
+    for mode in [Mode::Auto, Mode::Kernel, Mode::Fallback] {
+        let file = OpenOptions::new().append(true).open(&t.0).unwrap();
+        let e = Writer::with_mode(file, mode).expect_err("append-only accepted");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{mode:?}: {e}");
+    }
+    assert_eq!(std::fs::read(&t.0).unwrap(), b"hello");
+}
+
 /// `release` gives back what is reserved past the end while another writer appends, and cuts
 /// off none of its bytes. A size read and then set (`set_len(len())`, the alternative) does:
 /// counted here too, for the comparison. `PAGEPIPE_RACE_RUNS` sets the runs (default 10; 100
