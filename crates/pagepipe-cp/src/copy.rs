@@ -110,19 +110,21 @@ impl fmt::Display for Summary {
             } else {
                 String::new()
             };
+            // The cache is counted in whole pages: no more than the file, for a small one.
+            let cached = self.src_cached.min(self.src_bytes);
             format!(
                 "{} of {} ({:.1}%{before})",
-                human(self.src_cached),
+                human(cached),
                 human(self.src_bytes),
-                pct(self.src_cached, self.src_bytes)
+                pct(cached, self.src_bytes)
             )
         };
         writeln!(
             f,
             "left in the page cache: source {src}, destination {} of {} ({:.1}%)",
-            human(self.dst_cached),
+            human(self.dst_cached.min(self.dst_bytes)),
             human(self.dst_bytes),
-            pct(self.dst_cached, self.dst_bytes)
+            pct(self.dst_cached.min(self.dst_bytes), self.dst_bytes)
         )
     }
 }
@@ -155,6 +157,14 @@ fn name_of(src: &Path) -> io::Result<PathBuf> {
     })
 }
 
+/// Whether `src` ends in `/.` or is `.`: a directory's contents, to cp (`Path::file_name`
+/// drops that last component).
+fn names_contents(src: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = src.as_os_str().as_bytes();
+    bytes == b"." || bytes.ends_with(b"/.")
+}
+
 /// Pairs every source with its destination path, following cp's rules.
 fn plan(srcs: &[PathBuf], dst: &Path) -> io::Result<Vec<(PathBuf, PathBuf)>> {
     if is_stdin(dst) {
@@ -177,7 +187,8 @@ fn plan(srcs: &[PathBuf], dst: &Path) -> io::Result<Vec<(PathBuf, PathBuf)>> {
     }
     srcs.iter()
         .map(|src| {
-            if !dst_is_dir {
+            // cp: `SRC/.` (and `.`) names a directory's contents, which go into DST itself.
+            if !dst_is_dir || names_contents(src) {
                 return Ok((src.clone(), dst.to_path_buf()));
             }
             if is_stdin(src) {
@@ -266,6 +277,7 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
         dirs: BTreeSet::new(),
+        created: BTreeSet::new(),
         summary: Summary::default(),
     };
     let t0 = Instant::now();
@@ -404,6 +416,9 @@ struct Copier<'a> {
     buf: Vec<u8>,
     /// Directories that received a new entry: synced at the end so the renames are durable.
     dirs: BTreeSet<PathBuf>,
+    /// Every destination this run put a copy at: a second source for one of them (`a/x b/x
+    /// DIR`) is refused, as cp refuses it, rather than replacing the first one's copy.
+    created: BTreeSet<PathBuf>,
     summary: Summary,
 }
 
@@ -511,14 +526,17 @@ impl Copier<'_> {
                 dst.display()
             )));
         }
+        self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
         // A registered temporary, so that a signal between the two steps removes it too.
         let temp = Temp::symlink(dst, &target)?; // its error names dst
         temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
+        self.created.insert(dst.to_path_buf());
         Ok(())
     }
 
     fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
         if let Ok(d) = fs::metadata(dst) {
             if d.dev() == meta.dev() && d.ino() == meta.ino() {
                 return Err(invalid(format!(
@@ -587,6 +605,7 @@ impl Copier<'_> {
     }
 
     fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
+        let dst = &self.destination("standard input", dst)?;
         if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
             return Err(invalid(format!(
                 "cannot overwrite directory '{}' with standard input",
@@ -741,18 +760,22 @@ impl Copier<'_> {
             "reading '{}'",
             written.temp.path().display()
         )))?;
-        self.summary.dst_cached += dontcache::cached_bytes(&copy).unwrap_or(0);
-        self.summary.dst_bytes += written.bytes;
-        self.summary.files += 1;
-        self.summary.bytes += written.bytes;
+        let cached = dontcache::cached_bytes(&copy).unwrap_or(0);
         let mode = if written.bytes == 0 {
             "none".to_string()
         } else {
             format!("{:?}", written.mode).to_lowercase()
         };
-        self.summary.write_modes.insert(mode);
+        let bytes = written.bytes;
         written.temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
+        self.created.insert(dst.to_path_buf());
+        // Counted once it has its name: a copy whose rename failed is not a copy.
+        self.summary.dst_cached += cached;
+        self.summary.dst_bytes += bytes;
+        self.summary.files += 1;
+        self.summary.bytes += bytes;
+        self.summary.write_modes.insert(mode);
         Ok(())
     }
 
@@ -774,13 +797,86 @@ impl Copier<'_> {
     }
 
     /// fsyncs every directory that got a new entry, so the renames survive a crash.
+    /// Each is tried, whatever the others did; the first failure is returned.
     fn sync_dirs(&mut self) -> io::Result<()> {
+        let mut first = Ok(());
         for dir in std::mem::take(&mut self.dirs) {
-            File::open(&dir)
+            let synced = File::open(&dir)
                 .and_then(|d| d.sync_all())
-                .map_err(ctx(format_args!("syncing directory '{}'", dir.display())))?;
+                .map_err(ctx(format_args!("syncing directory '{}'", dir.display())));
+            if first.is_ok() {
+                first = synced;
+            }
+        }
+        first
+    }
+
+    /// Where a copy of `src` (as the messages name it) to `dst` goes, as cp decides: `dst`, or
+    /// the file a symlink at `dst` points to (cp writes through it; the copy replaces that
+    /// file and the link stays).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] for a destination this run already put a copy at (cp:
+    /// "will not overwrite just-created"), a dangling symlink (cp will not write through one),
+    /// and a destination that is neither a regular file nor a directory (a device, a fifo, a
+    /// socket: cp writes into it, where pagepipe-cp, which renames a finished temporary over
+    /// its destination, would replace it with a regular file).
+    fn destination(&self, src: &str, dst: &Path) -> io::Result<PathBuf> {
+        self.refuse_just_created(src, dst)?;
+        let Ok(at) = fs::symlink_metadata(dst) else {
+            return Ok(dst.to_path_buf()); // a new name (or one the create will say why about)
+        };
+        let target = if at.file_type().is_symlink() {
+            match fs::canonicalize(dst) {
+                Ok(target) => target,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(invalid(format!(
+                        "not writing through dangling symlink '{}'",
+                        dst.display()
+                    )))
+                }
+                Err(e) => return Err(ctx(format_args!("cannot follow '{}'", dst.display()))(e)),
+            }
+        } else {
+            dst.to_path_buf()
+        };
+        self.refuse_just_created(src, &target)?;
+        match fs::symlink_metadata(&target) {
+            Ok(m) if !m.is_file() && !m.is_dir() => Err(invalid(format!(
+                "'{}' is {}: pagepipe-cp renames a finished copy over its destination, which \
+                 would replace it with a regular file (cp writes into it); name a regular file",
+                dst.display(),
+                kind_of(&m)
+            ))),
+            _ => Ok(target),
+        }
+    }
+
+    fn refuse_just_created(&self, src: &str, dst: &Path) -> io::Result<()> {
+        if self.created.contains(dst) {
+            return Err(invalid(format!(
+                "will not overwrite just-created '{}' with {src}",
+                dst.display()
+            )));
         }
         Ok(())
+    }
+}
+
+/// "a fifo", "a socket", ...: what a special file is, for a message.
+fn kind_of(m: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_fifo() {
+        "a fifo"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else {
+        "not a regular file"
     }
 }
 

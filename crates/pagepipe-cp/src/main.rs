@@ -30,8 +30,18 @@ fn main() -> ExitCode {
     }
     match copy::run(&args) {
         Ok(summary) => {
-            if !args.quiet {
-                print!("{summary}");
+            // A summary that cannot be written (stdout closed or full) fails the command, as
+            // it fails cp's kin; never a panic.
+            let printed = if args.quiet {
+                Ok(())
+            } else {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                write!(out, "{summary}").and_then(|()| out.flush())
+            };
+            if let Err(e) = printed {
+                eprintln!("pagepipe-cp: cannot write the summary: {e}");
+                return ExitCode::FAILURE;
             }
             if summary.failed() {
                 ExitCode::FAILURE

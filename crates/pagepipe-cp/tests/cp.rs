@@ -640,3 +640,109 @@ fn long_names_copy() {
     assert_eq!(fs::read(t.join("d").join(&name)).unwrap(), b"long");
     assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
 }
+
+/// What cp does with the destination: it writes through a symlink (the link stays, its target
+/// gets the data), refuses a dangling one, never turns a device or fifo into a regular file,
+/// and never lets a second source with the same name replace the first one's copy. Before:
+/// the link, the fifo and the device node were replaced by regular files with exit status 0,
+/// and `a/x b/x DIR` left b's copy, exit 0.
+#[test]
+fn destinations_follow_cp_links_specials_and_repeats() {
+    let t = TempDir::new("dests");
+    write_file(&t.join("src"), b"new data", 0o644);
+    // Through a symlink.
+    write_file(&t.join("target"), b"target-old", 0o644);
+    std::os::unix::fs::symlink("target", t.join("link")).unwrap();
+    let out = cp(&[&t.join("src"), &t.join("link")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(fs::symlink_metadata(t.join("link")).unwrap().is_symlink());
+    assert_eq!(fs::read(t.join("target")).unwrap(), b"new data");
+    // A dangling one.
+    std::os::unix::fs::symlink("missing", t.join("dangling")).unwrap();
+    let out = cp(&[&t.join("src"), &t.join("dangling")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("dangling symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(fs::symlink_metadata(t.join("dangling"))
+        .unwrap()
+        .is_symlink());
+    assert!(!t.join("missing").exists());
+    // A fifo (and, as root, a character device).
+    let fifo =
+        std::ffi::CString::new(t.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let mut specials = vec![t.join("fifo")];
+    let null =
+        std::ffi::CString::new(t.join("null").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mknod(2) reads a NUL-terminated path (1, 3: /dev/null's numbers).
+    if unsafe { libc::mknod(null.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0 {
+        specials.push(t.join("null"));
+    }
+    for special in &specials {
+        let out = cp(&[&t.join("src"), special]);
+        assert_eq!(out.status.code(), Some(1), "{}", special.display());
+        assert!(
+            text(&out.stderr).contains("name a regular file"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!fs::symlink_metadata(special).unwrap().is_file());
+    }
+    // Two sources of one name into one directory: the first copy stays.
+    for (dir, data) in [("a", "AAA"), ("b", "BBB")] {
+        fs::create_dir(t.join(dir)).unwrap();
+        write_file(&t.join(dir).join("x"), data.as_bytes(), 0o644);
+    }
+    fs::create_dir(t.join("out")).unwrap();
+    let out = cp(&[&t.join("a/x"), &t.join("b/x"), &t.join("out")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("will not overwrite just-created"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(t.join("out/x")).unwrap(), b"AAA");
+    assert!(
+        text(&out.stdout).contains("copied 1 file"),
+        "{}",
+        text(&out.stdout)
+    );
+    // `SRC/.`: the directory's contents go into DST itself.
+    fs::create_dir(t.join("into")).unwrap();
+    let dot = t.join("a").join(".");
+    let out = Command::new(BIN)
+        .arg("-r")
+        .arg(&dot)
+        .arg(t.join("into"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read(t.join("into/x")).unwrap(), b"AAA");
+    assert!(!t.join("into/a").exists());
+    assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+/// A summary that cannot be written fails the command with a message, not a panic (exit 101).
+#[test]
+fn a_full_stdout_is_an_error_not_a_panic() {
+    let t = TempDir::new("full-stdout");
+    write_file(&t.join("a"), b"abc", 0o644);
+    let full = File::options().write(true).open("/dev/full").unwrap();
+    let out = Command::new(BIN)
+        .arg(t.join("a"))
+        .arg(t.join("b"))
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot write the summary"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(t.join("b")).unwrap(), b"abc");
+}
