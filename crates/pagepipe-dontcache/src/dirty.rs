@@ -102,6 +102,10 @@ pub(crate) struct Pending {
     pub(crate) ranges: Vec<Range>,
     /// Bytes recorded since the flusher was last kicked.
     pub(crate) unkicked: u64,
+    /// The pages of the latest run of adjoining writes while they are pending: a write there
+    /// is charged only the pages outside it. Not a large folio's range (`crate::folios`),
+    /// which is charged the pages measured dirty, not every page it spans.
+    pub(crate) last_write: Option<Range>,
 }
 
 /// Ranges whose writeback the flusher started, oldest first.

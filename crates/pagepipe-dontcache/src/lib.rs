@@ -66,7 +66,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 // The modules in layers, each using only modules of the layers before it (lib.rs only declares
-// and re-exports): consts, mode, error; description, dirty, cache, pacing; flusher; fork;
+// and re-exports): consts, mode, error; description, dirty, cache, pacing; folios; flusher; fork;
 // reader; writer.
 mod cache; // page-cache inspection
 mod consts; // the windows and budgets, the flusher's and the pacing's tuning constants
@@ -74,6 +74,7 @@ mod description; // a writer's own open file description
 mod dirty; // a writer's dirty ranges
 mod error; // the crate's own io::Errors
 mod flusher; // the process-wide flusher, and what each writer shares with it
+mod folios; // the large folios around a fallback write
 mod fork; // the fork handlers and the fork generation
 mod mode; // Mode, Stats
 mod pacing; // the arithmetic of a writer's pauses

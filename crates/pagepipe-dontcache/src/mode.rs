@@ -39,8 +39,10 @@ pub struct Stats {
     /// The most dirty bytes this writer had in flight at once. Fallback: the peak of the writer's
     /// own counter, which counts whole pages dirtied and not yet written back and dropped (a
     /// one-byte write counts the page it dirties, and a write that starts past a partly written
-    /// last page also counts that page, which the kernel dirties again to zero its tail): an
-    /// upper bound on the pages its writes dirty. Kernel: the dirty pages of the file between
+    /// last page also counts that page, which the kernel dirties again to zero its tail), and
+    /// the pages of a cached large folio around a write's first or last page that the write
+    /// dirtied too, as measured with `cachestat(2)` (another writer's pages dirtied meanwhile in
+    /// the same 2 MiB region count too). Kernel: the dirty pages of the file between
     /// the lowest and the highest offset this writer wrote, sampled with `cachestat(2)` once
     /// per window of writes (0 where `cachestat` is missing); another writer's dirty pages
     /// within that span count too (the kernel does not tell whose they are).
@@ -54,7 +56,7 @@ pub struct Stats {
     /// The largest overdraft the writer held: bytes it was allowed beyond its window while
     /// another process's writeback flooded the system (see [`MAX_OVERDRAFT`]); 0 if it never
     /// yielded (always 0 in kernel mode). [`Stats::peak_dirty_bytes`] is at most the window plus
-    /// this, plus one write.
+    /// this, plus one write and the large folios around it.
     ///
     /// [`MAX_OVERDRAFT`]: crate::MAX_OVERDRAFT
     pub peak_overdraft_bytes: u64,

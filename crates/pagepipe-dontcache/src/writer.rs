@@ -9,6 +9,7 @@ use crate::consts::{
 use crate::description::{refuse_append, reopen};
 use crate::error::{check_regular, errno_name, is_unsupported, unsupported};
 use crate::flusher::{give_back_overdraft, lock, take_overdraft, Shared, FLUSHER};
+use crate::folios::Folios;
 use crate::fork;
 use crate::mode::{Mode, Stats};
 use crate::pacing::{cpus, overdraft_rate, room, settle, take_pause};
@@ -84,6 +85,9 @@ pub struct Writer {
     /// dirty pages are sampled there only, so that another writer filling another part of the
     /// file does not count as this one's.
     span: std::ops::Range<u64>,
+    /// Fallback: the stream of sequential writes, for measuring what large folios around a
+    /// write add to what it dirtied (`crate::folios`).
+    folios: Folios,
     registered: bool,
     /// Set by finish: Drop has nothing left to do.
     finished: bool,
@@ -150,6 +154,7 @@ impl Writer {
             pauses: 0,
             next_sample: 0,
             span: 0..0,
+            folios: Folios::new(),
             registered: false,
             finished: false,
         };
@@ -479,6 +484,7 @@ impl Writer {
         // if that failed (no thread could be started), so that no write waits for room a
         // flusher that is not there would make.
         self.register()?;
+        let edges = self.folios.before(&self.io, offset, buf.len());
         let n = self.io.write_at(buf, offset)?;
         if n == 0 {
             return Ok(0);
@@ -492,8 +498,14 @@ impl Writer {
         if offset / PAGE > old_end / PAGE && old_end % PAGE != 0 {
             kick = self.shared.record(old_end, 1).1;
         }
-        let (dirty, kick_now) = self.shared.record(offset, n as u64);
-        let kick = kick || kick_now;
+        self.folios.after(offset, n);
+        let (mut dirty, kick_now) = self.shared.record(offset, n as u64);
+        kick |= kick_now;
+        for folio in edges.excess(&self.io, offset, n) {
+            let (now, kick_folio) = self.shared.record_folio(folio);
+            dirty = now;
+            kick |= kick_folio;
+        }
         self.peak_dirty = self.peak_dirty.max(dirty);
         if kick {
             FLUSHER.kick();

@@ -170,16 +170,36 @@ impl Shared {
     /// whether the flusher should be kicked (a batch has accumulated).
     ///
     /// The counter counts pages dirtied, not bytes written: a write is charged the pages it
-    /// touches less those the last pending range already holds (a run of small writes into one
-    /// page charges that page once). Counting bytes let one-byte writes a page apart dirty a
+    /// touches less those the latest run of adjoining writes holds while it is pending (a run of
+    /// small writes into one page charges that page once). Counting bytes let one-byte writes a page apart dirty a
     /// page each while counting a byte, so the window bounded nothing. A page rewritten after
     /// its range left the pending list is charged again: an overcount, never an undercount.
     pub(crate) fn record(&self, offset: u64, len: u64) -> (u64, bool) {
-        let mut range = Range::of_write(offset, len);
+        self.charge(Range::of_write(offset, len), true)
+    }
+
+    /// Records pages a write dirtied beyond its own (a large folio around it, see
+    /// `crate::folios`): `range`, charged exactly `range.charged`. Returns as [`Shared::record`].
+    pub(crate) fn record_folio(&self, range: Range) -> (u64, bool) {
+        self.charge(range, false)
+    }
+
+    /// Queues `range` and adds its charge to the counters: the pages it covers less those the
+    /// last pending range holds (`pages`), or `range.charged` as given.
+    fn charge(&self, mut range: Range, pages: bool) -> (u64, bool) {
         let batch = kick_batch(self.window.load(Ordering::Relaxed));
         let mut p = lock(&self.pending);
-        let held = p.ranges.last().map_or(0, |last| last.overlap(&range));
-        range.charged = range.len() - held;
+        if pages {
+            let held = p.last_write.as_ref().map_or(0, |last| last.overlap(&range));
+            range.charged = range.len() - held;
+            if !p
+                .last_write
+                .as_mut()
+                .is_some_and(|last| last.try_merge(&range))
+            {
+                p.last_write = Some(range);
+            }
+        }
         let charged = range.charged;
         // Relaxed: counters; the wait for room (Writer::wait_for_room) orders its own loads, and
         // an increase never lets a waiter go. Incremented before the range is queued (under the
@@ -245,6 +265,7 @@ impl Shared {
         let mut p = lock(&self.pending);
         p.unkicked = 0;
         let ranges = std::mem::take(&mut p.ranges);
+        p.last_write = None;
         drop(p);
         coalesce(ranges)
             .into_iter()
