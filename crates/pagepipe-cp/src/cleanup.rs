@@ -122,17 +122,23 @@ impl Temp {
         loop {
             // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(temp_name(name, std::process::id(), n));
-            match create(&path) {
-                Ok(()) => {
-                    let mut temp = Temp {
-                        path,
-                        registered: std::ptr::null_mut(),
-                        committed: false,
-                    };
-                    temp.register();
-                    return Ok(temp);
-                }
+            // Registered before it exists, so that no signal between the create and the
+            // registration can leave it behind (the handler's unlink of a name not yet
+            // created fails harmlessly).
+            let mut temp = Temp {
+                path: dir.join(temp_name(name, std::process::id(), n)),
+                registered: std::ptr::null_mut(),
+                committed: false,
+            };
+            temp.register();
+            let made = create(&temp.path);
+            if made.is_err() {
+                // Not ours to remove: nothing was made, or the name was taken.
+                temp.unregister();
+                temp.committed = true;
+            }
+            match made {
+                Ok(()) => return Ok(temp),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
                     // Named as the user wrote it: the temporary's name is ours, and what fails

@@ -69,7 +69,7 @@ pub enum RangeSync {
 /// metadata: it is not a substitute for `fdatasync(2)`.
 ///
 /// # Errors
-/// The OS's error from `sync_file_range(2)` (`EIO` for a failed writeback).
+/// The OS's error from `sync_file_range(2)` (`EIO` for a failed writeback); `EINTR` is retried.
 pub fn sync_file_range(fd: &impl AsRawFd, offset: u64, len: u64, how: RangeSync) -> io::Result<()> {
     let flags = match how {
         RangeSync::Start => libc::SYNC_FILE_RANGE_WRITE,
@@ -80,12 +80,18 @@ pub fn sync_file_range(fd: &impl AsRawFd, offset: u64, len: u64, how: RangeSync)
         }
     };
     let (off, len) = (offset_to_off_t(offset)?, offset_to_off_t(len)?);
-    // SAFETY: sync_file_range touches no user memory; the fd is borrowed from a live file.
-    let rc = unsafe { libc::sync_file_range(fd.as_raw_fd(), off, len, flags) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    loop {
+        // SAFETY: sync_file_range touches no user memory; the fd is borrowed from a live file.
+        let rc = unsafe { libc::sync_file_range(fd.as_raw_fd(), off, len, flags) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        // A signal (FUSE and NFS waits can be interrupted) is no writeback error: again.
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
-    Ok(())
 }
 
 /// Drops the clean, unmapped page-cache pages of `offset..offset + len` (`posix_fadvise(2)`,
