@@ -85,11 +85,15 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
 /// ext4 this asks the kernel to cut the file at its size of the moment instead: a direct write
 /// that would extend the file, made to fail before any data moves (from an unreadable page),
 /// after which ext4 truncates the file at its size under the lock every write holds. An
-/// append made before is inside the size and kept; one made after comes after. The file's
-/// modification time moves, as a write's does. Like any truncation on ext4, the cut records the
-/// current size on disk ahead of the writeback of bytes appended and not yet synced: after a
-/// crash before that writeback, those bytes read as zeros where the file would otherwise have
-/// been shorter.
+/// append made before is inside the size and kept; one made after comes after. What a write
+/// does to the file's metadata happens, though the write fails: the modification time moves,
+/// and the setuid and setgid bits and file capabilities go. Like any truncation on ext4, the
+/// cut records the current size on disk ahead of the writeback of bytes appended and not yet
+/// synced: after a crash before that writeback, those bytes read as zeros where the file would
+/// otherwise have been shorter. A file ext4 takes no direct I/O for (`data=journal`, journalled
+/// data, inline data, encryption without inline crypto) is refused: ext4 would make the write
+/// a buffered one, which on recent kernels moves the size to the write's offset (zeros
+/// appended) when it fails.
 ///
 /// ```
 /// use pagepipe_dontcache::{release, reserve};
@@ -107,13 +111,15 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
 /// ```
 ///
 /// # Errors
-/// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4 or does not say where a
-/// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs); [`io::ErrorKind::FileTooLarge`] where the write
-/// would pass the process's file size limit (`RLIMIT_FSIZE`); the reopen's errors (a direct-I/O
-/// description of the file is opened through `/proc/self/fd`: `EACCES` where the file's
-/// permissions forbid writing it); the write's other than `EFAULT`; an error saying blocks
-/// remain past the end when three cuts did not free them (another writer kept appending past
-/// each one, or a kernel that does not cut).
+/// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4, does not say where a
+/// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs), or takes no direct I/O for the file;
+/// [`io::ErrorKind::PermissionDenied`] for a file not open for writing;
+/// [`io::ErrorKind::FileTooLarge`] where the write would pass the process's file size limit
+/// (`RLIMIT_FSIZE`); the reopen's errors (a direct-I/O description of the file is opened
+/// through `/proc/thread-self/fd`: `EACCES` where the file's permissions forbid writing it);
+/// the write's other than `EFAULT`; an error naming both sizes should the size move all the
+/// same; an error saying blocks remain past the end when three cuts did not free them
+/// (another writer kept appending past each one, or a kernel that does not cut).
 ///
 /// [`Writer::preallocate`]: crate::Writer::preallocate
 pub fn release(file: &File) -> io::Result<()> {

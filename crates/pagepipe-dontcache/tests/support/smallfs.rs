@@ -49,8 +49,22 @@ impl SmallFs {
         SmallFs::mounted(dir, None, out)
     }
 
+    /// [`SmallFs::ext4_with`] these mount options, or `None` after printing `SKIPPED {test}: ...`.
+    pub fn ext4_with_or_skip(options: &str, test: &str) -> Option<SmallFs> {
+        skip_unless(
+            SmallFs::ext4_with(options),
+            test,
+            "loop-mount an ext4 image",
+        )
+    }
+
     /// Makes a 16 MiB ext4 image with mkfs.ext4 (e2fsprogs) and loop-mounts it.
     pub fn ext4() -> Result<SmallFs, String> {
+        SmallFs::ext4_with("")
+    }
+
+    /// [`SmallFs::ext4`], mounted with `options` too (`-o loop,OPTIONS`).
+    pub fn ext4_with(options: &str) -> Result<SmallFs, String> {
         let image = temp_path("ext4-img");
         let f = File::create(&image).map_err(|e| e.to_string())?;
         f.set_len(16 << 20).map_err(|e| e.to_string())?;
@@ -74,8 +88,12 @@ impl SmallFs {
         }
         let dir = temp_path("ext4-mnt");
         std::fs::create_dir(&dir).map_err(|e| e.to_string())?;
+        let options = match options {
+            "" => "loop".to_string(),
+            more => format!("loop,{more}"),
+        };
         let out = Command::new("mount")
-            .args(["-o", "loop"])
+            .args(["-o", &options])
             .arg(&image)
             .arg(&dir)
             .output();
