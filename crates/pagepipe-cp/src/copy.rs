@@ -277,7 +277,7 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
         dirs: BTreeSet::new(),
-        created: BTreeSet::new(),
+        created: std::collections::BTreeMap::new(),
         summary: Summary::default(),
     };
     let t0 = Instant::now();
@@ -416,9 +416,11 @@ struct Copier<'a> {
     buf: Vec<u8>,
     /// Directories that received a new entry: synced at the end so the renames are durable.
     dirs: BTreeSet<PathBuf>,
-    /// Every destination this run put a copy at: a second source for one of them (`a/x b/x
-    /// DIR`) is refused, as cp refuses it, rather than replacing the first one's copy.
-    created: BTreeSet<PathBuf>,
+    /// Every destination this run put a copy at, with its source's device and inode (none for
+    /// standard input and symlinks): a second source for one of them (`a/x b/x DIR`) is refused,
+    /// as cp refuses it, rather than replacing the first one's copy; the same source again
+    /// (`x x DIR`) is a warning, as in cp.
+    created: std::collections::BTreeMap<PathBuf, Option<(u64, u64)>>,
     summary: Summary,
 }
 
@@ -531,11 +533,20 @@ impl Copier<'_> {
         let temp = Temp::symlink(dst, &target)?; // its error names dst
         temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
-        self.created.insert(dst.to_path_buf());
+        self.created.insert(dst.to_path_buf(), None);
         Ok(())
     }
 
     fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        let source = Some((meta.dev(), meta.ino()));
+        if self.created.get(dst) == Some(&source) {
+            let msg = format!(
+                "pagepipe-cp: warning: source file '{}' specified more than once",
+                src.display()
+            );
+            self.bar.suspend(|| eprintln!("{msg}"));
+            return Ok(());
+        }
         let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
         if let Ok(d) = fs::metadata(dst) {
             if d.dev() == meta.dev() && d.ino() == meta.ino() {
@@ -601,7 +612,7 @@ impl Copier<'_> {
         drop(reader); // drops what its last reads left cached
         self.summary.src_bytes += written.bytes;
         self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
-        self.commit(written, dst)
+        self.commit(written, dst, source)
     }
 
     fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
@@ -635,7 +646,7 @@ impl Copier<'_> {
             mode,
             Layout::Stream,
         )?;
-        self.commit(written, dst)
+        self.commit(written, dst, None)
     }
 
     /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
@@ -740,7 +751,12 @@ impl Copier<'_> {
     }
 
     /// Verifies (with `--verify`), measures the cache the copy left, and renames it into place.
-    fn commit(&mut self, written: Written, dst: &Path) -> io::Result<()> {
+    fn commit(
+        &mut self,
+        written: Written,
+        dst: &Path,
+        source: Option<(u64, u64)>,
+    ) -> io::Result<()> {
         if self.args.verify {
             let got = self.hash_back(written.temp.path())?;
             if got != written.hash {
@@ -769,7 +785,7 @@ impl Copier<'_> {
         let bytes = written.bytes;
         written.temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
-        self.created.insert(dst.to_path_buf());
+        self.created.insert(dst.to_path_buf(), source);
         // Counted once it has its name: a copy whose rename failed is not a copy.
         self.summary.dst_cached += cached;
         self.summary.dst_bytes += bytes;
@@ -826,34 +842,25 @@ impl Copier<'_> {
         let Ok(at) = fs::symlink_metadata(dst) else {
             return Ok(dst.to_path_buf()); // a new name (or one the create will say why about)
         };
-        let target = if at.file_type().is_symlink() {
-            match fs::canonicalize(dst) {
-                Ok(target) => target,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(invalid(format!(
-                        "not writing through dangling symlink '{}'",
-                        dst.display()
-                    )))
-                }
-                Err(e) => return Err(ctx(format_args!("cannot follow '{}'", dst.display()))(e)),
-            }
+        let (target, meta) = if at.file_type().is_symlink() {
+            follow(dst)?
         } else {
-            dst.to_path_buf()
+            (dst.to_path_buf(), at)
         };
         self.refuse_just_created(src, &target)?;
-        match fs::symlink_metadata(&target) {
-            Ok(m) if !m.is_file() && !m.is_dir() => Err(invalid(format!(
+        if !meta.is_file() && !meta.is_dir() {
+            return Err(invalid(format!(
                 "'{}' is {}: pagepipe-cp renames a finished copy over its destination, which \
                  would replace it with a regular file (cp writes into it); name a regular file",
                 dst.display(),
-                kind_of(&m)
-            ))),
-            _ => Ok(target),
+                kind_of(&meta)
+            )));
         }
+        Ok(target)
     }
 
     fn refuse_just_created(&self, src: &str, dst: &Path) -> io::Result<()> {
-        if self.created.contains(dst) {
+        if self.created.contains_key(dst) {
             return Err(invalid(format!(
                 "will not overwrite just-created '{}' with {src}",
                 dst.display()
@@ -861,6 +868,36 @@ impl Copier<'_> {
         }
         Ok(())
     }
+}
+
+/// The file the symlink `dst` leads to, and its metadata, followed by the kernel as cp's open
+/// follows it, so that its rules for links apply (`fs.protected_symlinks`: no following another
+/// user's link in a sticky world-writable directory such as `/tmp`). A path resolved in
+/// userspace would let a link planted there have a copy renamed over a file its owner could not
+/// write.
+///
+/// # Errors
+/// [`io::ErrorKind::InvalidInput`] for a dangling link (cp will not write through one); the
+/// kernel's refusal (`EACCES` from `protected_symlinks`, `ELOOP`), naming `dst`.
+fn follow(dst: &Path) -> io::Result<(PathBuf, Metadata)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(dst)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => invalid(format!(
+                "not writing through dangling symlink '{}'",
+                dst.display()
+            )),
+            _ => ctx(format_args!("cannot follow '{}'", dst.display()))(e),
+        })?;
+    let followed = opened.metadata().and_then(|meta| {
+        fs::read_link(format!("/proc/thread-self/fd/{}", opened.as_raw_fd()))
+            .map(|target| (target, meta))
+    });
+    followed.map_err(ctx(format_args!("cannot follow '{}'", dst.display())))
 }
 
 /// "a fifo", "a socket", ...: what a special file is, for a message.

@@ -711,6 +711,17 @@ fn destinations_follow_cp_links_specials_and_repeats() {
         "{}",
         text(&out.stdout)
     );
+    // The same source twice: a warning, exit 0, as cp.
+    fs::create_dir(t.join("twice")).unwrap();
+    let again = t.join("a/./x");
+    let out = cp(&[&t.join("a/x"), &again, &t.join("twice")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("specified more than once"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(t.join("twice/x")).unwrap(), b"AAA");
     // `SRC/.`: the directory's contents go into DST itself.
     fs::create_dir(t.join("into")).unwrap();
     let dot = t.join("a").join(".");
@@ -745,4 +756,48 @@ fn a_full_stdout_is_an_error_not_a_panic() {
         text(&out.stderr)
     );
     assert_eq!(fs::read(t.join("b")).unwrap(), b"abc");
+}
+
+/// A symlink destination is followed by the kernel, so `fs.protected_symlinks` applies: root
+/// copying onto another user's link in a sticky world-writable directory is refused, as cp's
+/// open is, and the link's target keeps its bytes. Resolved in userspace (before), the copy was
+/// renamed over the target. Needs root; turns the setting on for the test if it is off.
+#[test]
+fn a_destination_link_is_followed_under_the_kernels_rules() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        println!("SKIPPED a_destination_link_is_followed_under_the_kernels_rules: not root");
+        return;
+    }
+    const SETTING: &str = "/proc/sys/fs/protected_symlinks";
+    let Ok(was) = fs::read_to_string(SETTING) else {
+        println!("SKIPPED a_destination_link_is_followed_under_the_kernels_rules: no {SETTING}");
+        return;
+    };
+    if fs::write(SETTING, "1").is_err() {
+        println!(
+            "SKIPPED a_destination_link_is_followed_under_the_kernels_rules: {SETTING} read-only"
+        );
+        return;
+    }
+    let t = TempDir::new("protected");
+    let shared = t.join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    write_file(&t.join("victim"), b"precious", 0o644);
+    write_file(&t.join("src"), b"attacker's", 0o644);
+    let link = shared.join("link");
+    std::os::unix::fs::symlink(t.join("victim"), &link).unwrap();
+    let c = std::ffi::CString::new(link.clone().into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: lchown(2) reads a NUL-terminated path; 65534 is nobody.
+    assert_eq!(unsafe { libc::lchown(c.as_ptr(), 65534, 65534) }, 0);
+    let out = cp(&[&t.join("src"), &link]);
+    fs::write(SETTING, was.trim()).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot follow"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(t.join("victim")).unwrap(), b"precious");
 }

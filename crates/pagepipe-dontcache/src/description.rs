@@ -6,7 +6,7 @@
 //! description (`dup`, `try_clone`, inherited across `fork`) shares the cursor, so whichever
 //! syncs first consumes the error and the others never see it. A writer therefore writes and
 //! syncs through a description of its own, opened from the caller's file through
-//! `/proc/self/fd`: it sees every writeback error of the file recorded after it was opened (or
+//! `/proc/thread-self/fd`: it sees every writeback error of the file recorded after it was opened (or
 //! not yet seen by anyone when it was), and nothing else can consume them.
 
 use std::fs::{File, OpenOptions};
@@ -36,7 +36,7 @@ pub(crate) fn reopen(file: &File) -> io::Result<File> {
         .read(access != libc::O_WRONLY)
         .write(access != libc::O_RDONLY)
         .custom_flags(flags & (libc::O_SYNC | libc::O_DSYNC | libc::O_DIRECT))
-        .open(format!("/proc/self/fd/{fd}"))
+        .open(format!("/proc/thread-self/fd/{fd}"))
 }
 
 /// Refuses a description opened for appending: Linux writes each `pwrite` on it at the end of
