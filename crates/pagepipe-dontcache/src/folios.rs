@@ -9,15 +9,20 @@
 //! Charged its own pages only, one-byte writes 2 MiB apart into a file read beforehand left 41
 //! MB dirty or under writeback under a 256 KiB window, and 64 MiB cached after `finish()`.
 //!
-//! [`Edges::before`] looks the two pages up (`cachestat(2)`, one page each) and, for each one
-//! cached, counts the dirty and writeback pages of its aligned [`MAX_FOLIO`] region;
-//! [`Edges::excess`] counts them again after the write. What grew there beyond the write's own
-//! pages is charged over the whole region, so that the flusher writes back and drops the whole
-//! folio (`POSIX_FADV_DONTNEED` skips a folio that sticks out of its range). Another writer's
-//! pages dirtied in the region meanwhile count too (an overcount); writeback completing there
-//! meanwhile hides as much (an undercount, of pages this writer's counter already holds). Where
-//! `cachestat` is missing (before Linux 6.5) nothing is measured: writes are charged their own
-//! pages, as before.
+//! [`Edges::before`] looks the two pages up (`cachestat(2)`, one page each). Where one is
+//! cached, the clean pages of its aligned [`MAX_FOLIO`] region are dropped first
+//! (`POSIX_FADV_DONTNEED`, which drops only whole folios inside its range): the write then
+//! makes a folio of its own size there, and dirties nothing beyond its pages. A folio that
+//! stays (dirty, under writeback, mapped) is measured: the dirty and writeback pages of the
+//! region are counted, and [`Edges::excess`] counts them again after the write. What grew there
+//! beyond the write's own pages is charged over the whole region, so that the flusher writes
+//! back and drops the whole folio. The drop costs the file's other clean pages in that region
+//! their place in the cache, and a write of part of a page then reads it back from the disk:
+//! a 4 KiB read for a one-byte write, where a one-byte write into a cached 2 MiB folio had
+//! 2 MiB written back. In a measured region, another writer's pages dirtied meanwhile count too
+//! (an overcount); writeback completing there meanwhile hides as much (an undercount, of pages
+//! this writer's counter already holds). Where `cachestat` is missing (before Linux 6.5)
+//! nothing is looked up: writes are charged their own pages, as before.
 //!
 //! A writer going sequentially through regions that held nothing cached when it reached them
 //! skips the lookups ([`Folios`]): every folio there is one its own writes made, and one of
@@ -108,7 +113,12 @@ impl Edges {
                 break;
             }
             if cached_pages(file, page, PAGE).is_some_and(|n| n > 0) {
-                regions[slot] = dirty_in(file, region).map(|d| (region, d));
+                // Dropped if clean (and unmapped): the write then makes a folio of its own size
+                // there. One that stays (dirty, under writeback, mapped) is measured.
+                let _ = sys::fs::fadvise_dontneed(file, region, MAX_FOLIO);
+                if cached_pages(file, page, PAGE).is_some_and(|n| n > 0) {
+                    regions[slot] = dirty_in(file, region).map(|d| (region, d));
+                }
             }
         }
         Edges { regions }

@@ -40,8 +40,9 @@ pub struct Stats {
     /// own counter, which counts whole pages dirtied and not yet written back and dropped (a
     /// one-byte write counts the page it dirties, and a write that starts past a partly written
     /// last page also counts that page, which the kernel dirties again to zero its tail), and
-    /// the pages of a cached large folio around a write's first or last page that the write
-    /// dirtied too, as measured with `cachestat(2)` (another writer's pages dirtied meanwhile in
+    /// the pages of a large folio around a write's first or last page that the write dirtied
+    /// too, where that folio could not be dropped before the write (dirty, under writeback or
+    /// mapped), as measured with `cachestat(2)` (another writer's pages dirtied meanwhile in
     /// the same 2 MiB region count too). Kernel: the dirty pages of the file between
     /// the lowest and the highest offset this writer wrote, sampled with `cachestat(2)` once
     /// per window of writes (0 where `cachestat` is missing); another writer's dirty pages

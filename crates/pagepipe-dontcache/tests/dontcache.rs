@@ -311,7 +311,7 @@ fn sparse_one_byte_writes(sized: bool) {
 fn fallback_dirty_and_writeback_stay_within_the_bound_for_any_pattern() {
     const PAGE: u64 = 4096;
     type Pattern = (&'static str, bool, fn(u64) -> (u64, usize));
-    let patterns: [Pattern; 10] = [
+    let patterns: [Pattern; 11] = [
         ("sequential 64 KiB", false, |i| (i * 65536, 65536)),
         ("backwards 4 KiB", false, |i| {
             ((2047 - i % 2048) * PAGE, 4096)
@@ -332,6 +332,9 @@ fn fallback_dirty_and_writeback_stay_within_the_bound_for_any_pattern() {
         ("cached file, sequential 4 KiB", true, |i| (i * PAGE, 4096)),
         ("cached file, 64 KiB every 100,000 bytes", true, |i| {
             (i % 640 * 100_000, 65536)
+        }),
+        ("cached file, one byte every 256 KiB + 100", true, |i| {
+            ((i % 250) * (262_144 + 100), 1)
         }),
         ("cached file, scattered 4 KiB", true, |i| {
             ((i * 7919 % 16384) * PAGE, 4096)
