@@ -779,10 +779,14 @@ pub(crate) struct ForkHold {
 /// Starts the flusher's two threads, the reaper (`pagepipe-reap`) and the submitter
 /// (`pagepipe-flush`), once per process. A forked child has no flusher threads (fork copies only
 /// the calling thread), so the pid each was started in is remembered and a child starts its
-/// own; a failed start is retried by the next writer.
+/// own; a failed start is retried by the next writer. They start with every asynchronous signal
+/// blocked: the application's handlers run on its own threads (pagepipe-cp's SIGINT handler,
+/// run on a flusher thread, could unlink a temporary's name just before the main thread
+/// created it, and the temporary was left behind).
 fn start_flusher() -> io::Result<()> {
     let pid = std::process::id();
     let mut started = lock(&STARTED_IN);
+    let _blocked = sys::thread::block_async_signals()?;
     let threads: [(&str, fn() -> !); 2] = [
         ("pagepipe-reap", || FLUSHER.reap()),
         ("pagepipe-flush", || FLUSHER.submit()),
