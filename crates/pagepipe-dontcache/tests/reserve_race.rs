@@ -124,6 +124,15 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Arms the race on `fs`: filled but `leave` bytes, `other` appended after the call.
+fn arm_on(fs: &SmallFs, leave: u64, other: Option<(File, Vec<u8>)>) {
+    arm(Race {
+        filler: fs.dir.join("filler"),
+        leave,
+        other,
+    });
+}
+
 fn arm(race: Race) {
     *HELD_AFTER_CALL.lock().unwrap() = None;
     *RACE.lock().unwrap() = Some(race);
@@ -142,6 +151,28 @@ fn writer_after(path: &Path, data: &[u8]) -> Writer {
     w
 }
 
+/// Another writer's bytes for the file: 100,000 of them, none zero (a zeroed byte shows).
+fn theirs() -> Vec<u8> {
+    (0..100_000u32).map(|i| (i % 253) as u8 | 1).collect()
+}
+
+/// After a failed `preallocate` with another writer's `theirs` appended to `first`: the error
+/// says the blocks were given back, the file holds exactly `first` then `theirs`, and nothing
+/// beyond a few blocks is held past that.
+fn assert_given_back_and_whole(e: &io::Error, path: &Path, first: Vec<u8>, theirs: &[u8]) {
+    assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
+    assert!(e.to_string().contains("were given back"), "{e}");
+    let mut want = first;
+    want.extend_from_slice(theirs);
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        want,
+        "the other writer's bytes"
+    );
+    let now = disk_bytes(path);
+    assert!(now <= 128 << 10, "{now} bytes held for {}", want.len());
+}
+
 /// The failed call's partial reservation past the end is given back: nothing is left reserved
 /// and the writer goes on. Before: the writer punched a hole past the end, which ext4 clamps
 /// to the size, and the reservation stayed (the error said so).
@@ -156,11 +187,7 @@ fn a_failed_preallocate_gives_back_what_it_reserved_past_the_end() {
     let path = fs.dir.join("target");
     let first = vec![0x11u8; 10_000];
     let mut w = writer_after(&path, &first);
-    arm(Race {
-        filler: fs.dir.join("filler"),
-        leave: 2 << 20,
-        other: None,
-    });
+    arm_on(&fs, 2 << 20, None);
     let e = w.preallocate(8 << 20).unwrap_err();
     let held = HELD_AFTER_CALL.lock().unwrap().expect("the interposer ran");
     assert!(
@@ -199,29 +226,12 @@ fn giving_back_never_touches_what_another_writer_appended() {
         let path = fs.dir.join(format!("target-{run}"));
         let first = vec![0x11u8; 5000];
         let mut w = writer_after(&path, &first);
-        let theirs: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8 | 1).collect();
+        let theirs = theirs();
         let other = OpenOptions::new().write(true).open(&path).unwrap();
-        arm(Race {
-            filler: fs.dir.join("filler"),
-            leave: 2 << 20,
-            other: Some((other, theirs.clone())),
-        });
+        arm_on(&fs, 2 << 20, Some((other, theirs.clone())));
         let e = w.preallocate(8 << 20).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
-        assert!(e.to_string().contains("were given back"), "run {run}: {e}");
-        let mut want = first;
-        want.extend_from_slice(&theirs);
-        assert_eq!(
-            std::fs::read(&path).unwrap(),
-            want,
-            "run {run}: the other writer's bytes"
-        );
-        let now = disk_bytes(&path);
-        assert!(
-            now <= 128 << 10,
-            "run {run}: {now} bytes held for {}",
-            want.len()
-        );
+        println!("run {run}: {e}");
+        assert_given_back_and_whole(&e, &path, first, &theirs);
         drop(w);
         std::fs::remove_file(&path).unwrap();
     }
@@ -240,30 +250,16 @@ fn an_append_just_before_the_give_back_stays_whole() {
     let path = fs.dir.join("target");
     let first = vec![0x11u8; 5000];
     let mut w = writer_after(&path, &first);
-    let theirs: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8 | 1).collect();
+    let theirs = theirs();
     let other = OpenOptions::new().write(true).open(&path).unwrap();
     *BEFORE_CUT.lock().unwrap() = Some((other, theirs.clone()));
-    arm(Race {
-        filler: fs.dir.join("filler"),
-        leave: 2 << 20,
-        other: None,
-    });
+    arm_on(&fs, 2 << 20, None);
     let e = w.preallocate(8 << 20).unwrap_err();
     assert!(
         BEFORE_CUT.lock().unwrap().is_none(),
         "no give-back was tried: {e}"
     );
-    assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
-    assert!(e.to_string().contains("were given back"), "{e}");
-    let mut want = first;
-    want.extend_from_slice(&theirs);
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        want,
-        "the other writer's bytes"
-    );
-    let now = disk_bytes(&path);
-    assert!(now <= 128 << 10, "{now} bytes held for {}", want.len());
+    assert_given_back_and_whole(&e, &path, first, &theirs);
     drop(w);
 }
 
@@ -277,11 +273,7 @@ fn a_failed_preallocate_on_tmpfs_says_nothing_was_kept() {
     };
     let path = fs.dir.join("target");
     let mut w = writer_after(&path, b"data");
-    arm(Race {
-        filler: fs.dir.join("filler"),
-        leave: 1 << 20,
-        other: None,
-    });
+    arm_on(&fs, 1 << 20, None);
     let e = w.preallocate(4 << 20).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::StorageFull, "{e}");
     assert!(e.to_string().contains("no more blocks than before"), "{e}");
