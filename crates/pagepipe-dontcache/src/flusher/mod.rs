@@ -170,10 +170,11 @@ impl Shared {
     /// whether the flusher should be kicked (a batch has accumulated).
     ///
     /// The counter counts pages dirtied, not bytes written: a write is charged the pages it
-    /// touches less those the latest run of adjoining writes holds while it is pending (a run of
-    /// small writes into one page charges that page once). Counting bytes let one-byte writes a page apart dirty a
-    /// page each while counting a byte, so the window bounded nothing. A page rewritten after
-    /// its range left the pending list is charged again: an overcount, never an undercount.
+    /// touches less those the latest run of adjoining writes holds while it is pending (a run
+    /// of small writes into one page charges that page once). Counting bytes let one-byte
+    /// writes a page apart dirty a page each while counting a byte, so the window bounded
+    /// nothing. A page rewritten after its range left the pending list is charged again: an
+    /// overcount, never an undercount.
     pub(crate) fn record(&self, offset: u64, len: u64) -> (u64, bool) {
         self.charge(Range::of_write(offset, len), true)
     }
@@ -185,7 +186,8 @@ impl Shared {
     }
 
     /// Queues `range` and adds its charge to the counters: the pages it covers less those the
-    /// last pending range holds (`pages`), or `range.charged` as given.
+    /// latest run of writes holds (`pages`: a write's range), or `range.charged` as given (a
+    /// folio's range, which does not join the run).
     fn charge(&self, mut range: Range, pages: bool) -> (u64, bool) {
         let batch = kick_batch(self.window.load(Ordering::Relaxed));
         let mut p = lock(&self.pending);
