@@ -82,18 +82,17 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
 ///
 /// A truncation to the file's size frees such blocks, but the size is a moving target while
 /// another writer appends: a size read and then set cuts off what was appended in between. On
-/// ext4 this asks the kernel to cut the file at its size of the moment instead: a direct write
-/// that would extend the file, made to fail before any data moves (from an unreadable page),
-/// after which ext4 truncates the file at its size under the lock every write holds. An
-/// append made before is inside the size and kept; one made after comes after. What a write
-/// does to the file's metadata happens, though the write fails: the modification time moves,
-/// and the setuid and setgid bits and file capabilities go. Like any truncation on ext4, the
-/// cut records the current size on disk ahead of the writeback of bytes appended and not yet
-/// synced: after a crash before that writeback, those bytes read as zeros where the file would
-/// otherwise have been shorter. A file ext4 takes no direct I/O for (`data=journal`, journalled
-/// data, inline data, encryption without inline crypto) is refused: ext4 would make the write
-/// a buffered one, which on recent kernels moves the size to the write's offset (zeros
-/// appended) when it fails.
+/// ext4 this asks the kernel to cut the file at its size of the moment instead: a write that
+/// would extend the file (an append, direct where the file takes direct I/O), made to fail
+/// before any data moves (from an unreadable page), after which ext4 truncates the file at its
+/// size under the lock every write holds. An append made before is inside the size and kept;
+/// one made after comes after; the size does not move. What a write does to the file's
+/// metadata happens, though the write fails: the modification time moves, and the setuid and
+/// setgid bits and file capabilities go. Like any truncation on ext4, the cut records the
+/// current size on disk ahead of the writeback of bytes appended and not yet synced: after a
+/// crash before that writeback, those bytes read as zeros where the file would otherwise have
+/// been shorter. A file that takes no direct I/O on a mount with delayed allocation (ext4's
+/// default; encryption without inline crypto) gets no cut: the error says the blocks stay.
 ///
 /// ```
 /// use pagepipe_dontcache::{release, reserve};
@@ -111,15 +110,14 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
 /// ```
 ///
 /// # Errors
-/// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4, does not say where a
-/// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs), or takes no direct I/O for the file;
-/// [`io::ErrorKind::PermissionDenied`] for a file not open for writing;
-/// [`io::ErrorKind::FileTooLarge`] where the write would pass the process's file size limit
-/// (`RLIMIT_FSIZE`); the reopen's errors (a direct-I/O description of the file is opened
-/// through `/proc/thread-self/fd`: `EACCES` where the file's permissions forbid writing it);
-/// the write's other than `EFAULT`; an error naming both sizes should the size move all the
-/// same; an error saying blocks remain past the end when three cuts did not free them
-/// (another writer kept appending past each one, or a kernel that does not cut).
+/// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4 or does not say where a
+/// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs); [`io::ErrorKind::PermissionDenied`] for a file
+/// not open for writing; [`io::ErrorKind::FileTooLarge`] where the write could pass the
+/// process's file size limit (`RLIMIT_FSIZE`); the reopen's errors (a description of the file
+/// is opened through `/proc/thread-self/fd`: `EACCES` where the file's permissions forbid
+/// writing it); the write's other than the `EFAULT` or `EINVAL` it is made to fail with; an
+/// error saying blocks remain past the end after the cut (no cut on this file, or another
+/// writer reserved more meanwhile).
 ///
 /// [`Writer::preallocate`]: crate::Writer::preallocate
 pub fn release(file: &File) -> io::Result<()> {
@@ -129,20 +127,18 @@ pub fn release(file: &File) -> io::Result<()> {
             "this filesystem does not say where a file's blocks lie",
         )
     };
-    for _ in 0..3 {
-        match blocks_past_end(file)? {
-            None => return Err(unsupported()),
-            Some(false) => return Ok(()),
-            // A write at the end as read extends nothing once another writer's append moved the
-            // end past it: then there is a next round, at the new end.
-            Some(true) => sys::fs::ext4_free_blocks_past_end(file)?,
-        }
+    match blocks_past_end(file)? {
+        None => return Err(unsupported()),
+        Some(false) => return Ok(()),
+        Some(true) => sys::fs::ext4_free_blocks_past_end(file)?,
     }
     match blocks_past_end(file)? {
         None => Err(unsupported()),
         Some(false) => Ok(()),
         Some(true) => Err(io::Error::other(
-            "blocks stay reserved past the file's end: three cuts at its size did not free them",
+            "blocks stay reserved past the file's end after the cut (ext4 cuts a file that takes \
+             no direct I/O only without delayed allocation; or another writer reserved more \
+             meanwhile)",
         )),
     }
 }

@@ -240,8 +240,8 @@ impl Writer {
     /// a request of all of `f_bfree` on a 16 MiB ext4 kept 13.4 MiB), so this check is what
     /// keeps a refused request from holding the disk. Where `fallocate` fails anyway (the space
     /// taken meanwhile by someone else), the writer gives back what the call left reserved past
-    /// the file's end without touching a byte inside it: on ext4 with a direct write that would
-    /// extend the file and fails, after which the kernel cuts the file at its size of that
+    /// the file's end without touching a byte inside it: on ext4 with an append that fails
+    /// before any data moves, after which the kernel cuts the file at its size of that
     /// instant, under the inode lock, so that no other writer's append is ever cut; tmpfs
     /// undoes a failed call itself. That frees whatever was reserved past the end, another
     /// writer's reservation too. The error says what is left: blocks the call allocated in the

@@ -32,8 +32,8 @@ struct Race {
 
 static RACE: Mutex<Option<Race>> = Mutex::new(None);
 /// Another writer's description and bytes to append just before the writer's next `pwrite`
-/// (the failing direct write that gives the blocks back): an append between its look at the
-/// file's end and the cut.
+/// (the failing append that gives the blocks back): an append between its look at the file's
+/// end and the cut.
 static BEFORE_CUT: Mutex<Option<(File, Vec<u8>)>> = Mutex::new(None);
 /// Held by each test for its whole run: one armed race at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -237,10 +237,10 @@ fn giving_back_never_touches_what_another_writer_appended() {
     }
 }
 
-/// Another writer appends between the writer's look at the file's end and its cut: the cut at
-/// the old end then extends nothing and frees nothing, the writer tries again at the new end,
-/// and every appended byte stays. Before: a hole punched from the end as read zeroed 96,808 of
-/// the 100,000 bytes appended (and the error said the reservation was given back).
+/// Another writer appends between the writer's look at the file's end and its cut: the cut is
+/// made at the end as it is then (an append), and every appended byte stays. Before: a hole
+/// punched from the end as read zeroed 96,808 of the 100,000 bytes appended (and the error said
+/// the reservation was given back).
 #[test]
 fn an_append_just_before_the_give_back_stays_whole() {
     let Some(fs) = SmallFs::ext4_or_skip("an_append_just_before_the_give_back_stays_whole") else {
