@@ -7,6 +7,7 @@
 //! cannot be caught: it leaves the temporary (a dot-file named `.NAME.pagepipe-cp-PID-N`), never
 //! a complete-looking destination.
 
+use pagepipe_sys as sys;
 use std::ffi::{CString, OsString};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -122,23 +123,26 @@ impl Temp {
         loop {
             // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            // Registered before it exists, so that no signal between the create and the
-            // registration can leave it behind (the handler's unlink of a name not yet
-            // created fails harmlessly).
-            let mut temp = Temp {
-                path: dir.join(temp_name(name, std::process::id(), n)),
-                registered: std::ptr::null_mut(),
-                committed: false,
-            };
-            temp.register();
-            let made = create(&temp.path);
-            if made.is_err() {
-                // Not ours to remove: nothing was made, or the name was taken.
-                temp.unregister();
-                temp.committed = true;
-            }
+            let path = dir.join(temp_name(name, std::process::id(), n));
+            // Made and registered with asynchronous signals held on this thread: a SIGINT
+            // between the two would find the new temporary unregistered and leave it behind;
+            // held, it arrives once the temporary is registered, and the handler removes it. No
+            // other thread takes it meanwhile: the only others, the dontcache flusher's, hold
+            // them for good.
+            let held = sys::thread::block_async_signals()?;
+            let made = create(&path);
+            let temp = made.as_ref().ok().map(|()| {
+                let mut temp = Temp {
+                    path: path.clone(),
+                    registered: std::ptr::null_mut(),
+                    committed: false,
+                };
+                temp.register();
+                temp
+            });
+            drop(held);
             match made {
-                Ok(()) => return Ok(temp),
+                Ok(()) => return Ok(temp.expect("registered when made")),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
                     // Named as the user wrote it: the temporary's name is ours, and what fails

@@ -277,7 +277,8 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
         dirs: BTreeSet::new(),
-        created: std::collections::BTreeMap::new(),
+        created: BTreeSet::new(),
+        seen: BTreeSet::new(),
         summary: Summary::default(),
     };
     let t0 = Instant::now();
@@ -416,11 +417,14 @@ struct Copier<'a> {
     buf: Vec<u8>,
     /// Directories that received a new entry: synced at the end so the renames are durable.
     dirs: BTreeSet<PathBuf>,
-    /// Every destination this run put a copy at, with its source's device and inode (none for
-    /// standard input and symlinks): a second source for one of them (`a/x b/x DIR`) is refused,
-    /// as cp refuses it, rather than replacing the first one's copy; the same source again
-    /// (`x x DIR`) is a warning, as in cp.
-    created: std::collections::BTreeMap<PathBuf, Option<(u64, u64)>>,
+    /// Every destination this run put a copy at, as named and as followed: a second source for
+    /// one of them (`a/x b/x DIR`) is refused, as cp refuses it, rather than replacing the first
+    /// one's copy.
+    created: BTreeSet<PathBuf>,
+    /// Every source file this run took, as cp remembers them: its directory's device and inode,
+    /// its name there, its own device and inode. The same source again (`x x DIR`, `x ./x DIR`)
+    /// is a warning, as in cp; a hard link of it under another name is another source.
+    seen: BTreeSet<(u64, u64, std::ffi::OsString, u64, u64)>,
     summary: Summary,
 }
 
@@ -533,13 +537,12 @@ impl Copier<'_> {
         let temp = Temp::symlink(dst, &target)?; // its error names dst
         temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
-        self.created.insert(dst.to_path_buf(), None);
+        self.created.insert(dst.to_path_buf());
         Ok(())
     }
 
     fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
-        let source = Some((meta.dev(), meta.ino()));
-        if self.created.get(dst) == Some(&source) {
+        if !self.first_sight(src, meta) {
             let msg = format!(
                 "pagepipe-cp: warning: source file '{}' specified more than once",
                 src.display()
@@ -547,6 +550,7 @@ impl Copier<'_> {
             self.bar.suspend(|| eprintln!("{msg}"));
             return Ok(());
         }
+        let given = dst;
         let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
         if let Ok(d) = fs::metadata(dst) {
             if d.dev() == meta.dev() && d.ino() == meta.ino() {
@@ -612,7 +616,10 @@ impl Copier<'_> {
         drop(reader); // drops what its last reads left cached
         self.summary.src_bytes += written.bytes;
         self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
-        self.commit(written, dst, source)
+        self.commit(written, dst)?;
+        // As named too: a symlink at `given` was followed to `dst`.
+        self.created.insert(given.to_path_buf());
+        Ok(())
     }
 
     fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
@@ -646,7 +653,7 @@ impl Copier<'_> {
             mode,
             Layout::Stream,
         )?;
-        self.commit(written, dst, None)
+        self.commit(written, dst)
     }
 
     /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
@@ -751,12 +758,7 @@ impl Copier<'_> {
     }
 
     /// Verifies (with `--verify`), measures the cache the copy left, and renames it into place.
-    fn commit(
-        &mut self,
-        written: Written,
-        dst: &Path,
-        source: Option<(u64, u64)>,
-    ) -> io::Result<()> {
+    fn commit(&mut self, written: Written, dst: &Path) -> io::Result<()> {
         if self.args.verify {
             let got = self.hash_back(written.temp.path())?;
             if got != written.hash {
@@ -785,7 +787,7 @@ impl Copier<'_> {
         let bytes = written.bytes;
         written.temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
-        self.created.insert(dst.to_path_buf(), source);
+        self.created.insert(dst.to_path_buf());
         // Counted once it has its name: a copy whose rename failed is not a copy.
         self.summary.dst_cached += cached;
         self.summary.dst_bytes += bytes;
@@ -859,8 +861,26 @@ impl Copier<'_> {
         Ok(target)
     }
 
+    /// Records `src` (its metadata `meta`) as taken; false if it was already, under the same
+    /// name in the same directory.
+    fn first_sight(&mut self, src: &Path, meta: &Metadata) -> bool {
+        let Some(name) = src.file_name() else {
+            return true;
+        };
+        let Ok(dir) = fs::metadata(parent_of(src)) else {
+            return true;
+        };
+        self.seen.insert((
+            dir.dev(),
+            dir.ino(),
+            name.to_os_string(),
+            meta.dev(),
+            meta.ino(),
+        ))
+    }
+
     fn refuse_just_created(&self, src: &str, dst: &Path) -> io::Result<()> {
-        if self.created.contains_key(dst) {
+        if self.created.contains(dst) {
             return Err(invalid(format!(
                 "will not overwrite just-created '{}' with {src}",
                 dst.display()
@@ -897,7 +917,21 @@ fn follow(dst: &Path) -> io::Result<(PathBuf, Metadata)> {
         fs::read_link(format!("/proc/thread-self/fd/{}", opened.as_raw_fd()))
             .map(|target| (target, meta))
     });
-    followed.map_err(ctx(format_args!("cannot follow '{}'", dst.display())))
+    let (target, meta) =
+        followed.map_err(ctx(format_args!("cannot follow '{}'", dst.display())))?;
+    // The name read back must still be the file opened: not for a file unlinked since (the
+    // kernel then names it "... (deleted)"), a memfd, a path mounted over, or a /proc that is
+    // not procfs.
+    let named = fs::symlink_metadata(&target)
+        .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino() && meta.nlink() > 0);
+    if !named {
+        return Err(invalid(format!(
+            "'{}' leads to a file with no name of its own to put a copy at (unlinked, or not \
+             in a directory; cp would write into it)",
+            dst.display()
+        )));
+    }
+    Ok((target, meta))
 }
 
 /// "a fifo", "a socket", ...: what a special file is, for a message.

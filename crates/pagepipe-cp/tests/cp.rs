@@ -722,6 +722,17 @@ fn destinations_follow_cp_links_specials_and_repeats() {
         text(&out.stderr)
     );
     assert_eq!(fs::read(t.join("twice/x")).unwrap(), b"AAA");
+    // A hard link of a source under another name is another source, as in cp: refused, exit 1.
+    fs::create_dir(t.join("links")).unwrap();
+    fs::hard_link(t.join("a/x"), t.join("links/x")).unwrap();
+    fs::create_dir(t.join("linked")).unwrap();
+    let out = cp(&[&t.join("a/x"), &t.join("links/x"), &t.join("linked")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("will not overwrite just-created"),
+        "{}",
+        text(&out.stderr)
+    );
     // `SRC/.`: the directory's contents go into DST itself.
     fs::create_dir(t.join("into")).unwrap();
     let dot = t.join("a").join(".");
@@ -735,6 +746,36 @@ fn destinations_follow_cp_links_specials_and_repeats() {
     assert_eq!(fs::read(t.join("into/x")).unwrap(), b"AAA");
     assert!(!t.join("into/a").exists());
     assert_eq!(temporaries(&t.0), Vec::<PathBuf>::new());
+}
+
+/// A destination link that leads to a file with no name (unlinked while open: the kernel names
+/// it "... (deleted)") is refused: before, the copy was renamed to a new file literally named
+/// `out (deleted)`, exit 0.
+#[test]
+fn a_link_to_an_unlinked_file_is_refused() {
+    let t = TempDir::new("unlinked");
+    write_file(&t.join("a"), b"data", 0o644);
+    let gone = File::create(t.join("out")).unwrap();
+    fs::remove_file(t.join("out")).unwrap();
+    // The command's standard output is the unlinked file; /proc/self/fd/1 leads there.
+    let out = Command::new(BIN)
+        .arg(t.join("a"))
+        .arg("/proc/self/fd/1")
+        .stdout(gone)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no name of its own"),
+        "{}",
+        text(&out.stderr)
+    );
+    let names: Vec<_> = fs::read_dir(&t.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("a")]);
 }
 
 /// A summary that cannot be written fails the command with a message, not a panic (exit 101).

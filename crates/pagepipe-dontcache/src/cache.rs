@@ -144,14 +144,23 @@ pub fn release(file: &File) -> io::Result<()> {
 }
 
 /// Whether `file` holds blocks past its end, as far as its filesystem says (`None`: it does not,
-/// as tmpfs).
+/// as tmpfs). Blocks found past an end that moved meanwhile (another writer appending: its new
+/// bytes lie past the old end) are looked for again past the new one.
 ///
 /// # Errors
 /// The OS's error from `fstat` or `FS_IOC_FIEMAP`.
 pub(crate) fn blocks_past_end(file: &File) -> io::Result<Option<bool>> {
     use std::os::unix::fs::MetadataExt;
-    let m = file.metadata()?;
-    sys::fs::has_blocks_from(file, m.len().next_multiple_of(m.blksize().max(1)))
+    let mut m = file.metadata()?;
+    for _ in 0..8 {
+        let found = sys::fs::has_blocks_from(file, m.len().next_multiple_of(m.blksize().max(1)))?;
+        let now = file.metadata()?;
+        if found != Some(true) || now.len() == m.len() {
+            return Ok(found);
+        }
+        m = now;
+    }
+    Ok(Some(true))
 }
 
 /// Refuses to reserve `0..len` of `file` (whose metadata is `meta`) when it may not fit: the

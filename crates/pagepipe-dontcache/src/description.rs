@@ -9,6 +9,7 @@
 //! `/proc/thread-self/fd`: it sees every writeback error of the file recorded after it was opened (or
 //! not yet seen by anyone when it was), and nothing else can consume them.
 
+use pagepipe_sys as sys;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -23,7 +24,8 @@ use std::os::unix::fs::OpenOptionsExt;
 ///
 /// # Errors
 /// `fcntl`'s, or the open's: `ENOENT` without `/proc`, `EACCES` when the file's permissions
-/// forbid what the caller's description was opened for (a file created read-only).
+/// forbid what the caller's description was opened for (a file created read-only);
+/// [`io::ErrorKind::InvalidData`] when `/proc` named another file (not procfs).
 pub(crate) fn reopen(file: &File) -> io::Result<File> {
     let fd = file.as_raw_fd();
     // SAFETY: F_GETFL reads the status flags of a descriptor borrowed from a live File.
@@ -37,6 +39,7 @@ pub(crate) fn reopen(file: &File) -> io::Result<File> {
         .write(access != libc::O_RDONLY)
         .custom_flags(flags & (libc::O_SYNC | libc::O_DSYNC | libc::O_DIRECT))
         .open(format!("/proc/thread-self/fd/{fd}"))
+        .and_then(|again| sys::fs::same_file(file, &again).map(|()| again))
 }
 
 /// Refuses a description opened for appending: Linux writes each `pwrite` on it at the end of

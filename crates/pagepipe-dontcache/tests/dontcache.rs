@@ -304,7 +304,7 @@ fn sparse_one_byte_writes(sized: bool) {
 /// Issue 27's target for the window: whatever the write pattern, what the kernel reports dirty
 /// or under writeback for the file stays within twice the window plus one kick batch (plus any
 /// overdraft, granted only while another process floods writeback). Sampled with `cachestat`
-/// after every write, smallest window. The last patterns rewrite a file read into the cache
+/// all along by a thread of its own, smallest window. The last patterns rewrite a file read into the cache
 /// first, where readahead left large folios (up to 2 MiB): a one-byte write dirties the whole
 /// folio it lands in (before the writer measured that, 33 MiB dirty under a 256 KiB window).
 #[test]
@@ -361,14 +361,28 @@ fn fallback_dirty_and_writeback_stay_within_the_bound_for_any_pattern() {
         let window = w.window() as u64;
         let batch = 64 << 10; // the kick batch of the smallest window
         let data = vec![0x77u8; 65536];
-        let mut worst = 0;
-        for i in 0..2048 {
-            let (offset, len) = at(i);
-            w.write_all_at(&data[..len], offset).unwrap();
-            if let Ok(cs) = pagepipe_sys::fs::cachestat(w.file(), 0, 0) {
-                worst = worst.max((cs.nr_dirty + cs.nr_writeback) * PAGE);
+        // Sampled by a thread of its own all along, inside the writes' waits too (sampled
+        // after each write returns, a peak inside a write is missed).
+        let probe = w.file().try_clone().unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let worst = std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                let mut worst = 0;
+                while !done.load(Ordering::Relaxed) {
+                    if let Ok(cs) = pagepipe_sys::fs::cachestat(&probe, 0, 0) {
+                        worst = worst.max((cs.nr_dirty + cs.nr_writeback) * PAGE);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+                worst
+            });
+            for i in 0..2048 {
+                let (offset, len) = at(i);
+                w.write_all_at(&data[..len], offset).unwrap();
             }
-        }
+            done.store(true, Ordering::Relaxed);
+            sampler.join().unwrap()
+        });
         let stats = w.finish().unwrap();
         let left = dontcache::cached_bytes(&File::open(&t.0).unwrap()).unwrap_or(0);
         println!(

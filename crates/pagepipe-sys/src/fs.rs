@@ -290,6 +290,7 @@ pub fn ext4_free_blocks_past_end(file: &File) -> io::Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(0)?,
         opened => opened?,
     };
+    same_file(file, &appender)?;
     let guard = crate::mm::reserve_aligned(PAGE_SIZE, PAGE_SIZE)?;
     // SAFETY: the source is our own reservation, mapped PROT_NONE: the kernel cannot read it and
     // fails the write (no Rust memory is read); the fd is borrowed from a live file. The offset
@@ -307,6 +308,23 @@ pub fn ext4_free_blocks_past_end(file: &File) -> io::Result<()> {
         _ if matches!(e.raw_os_error(), Some(libc::EFAULT | libc::EINVAL)) => Ok(()),
         _ => Err(e),
     }
+}
+
+/// Checks that `again`, opened through `/proc/.../fd`, is the file `file` is: a `/proc` that is
+/// not procfs (a chroot's directory) could name another.
+///
+/// # Errors
+/// [`io::ErrorKind::InvalidData`] when they differ; `fstat`'s.
+pub fn same_file(file: &File, again: &File) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (file.metadata()?, again.metadata()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "reopening the file through /proc gave another file (is /proc procfs?)",
+        ));
+    }
+    Ok(())
 }
 
 /// Page-cache state of a file range, in pages (`struct cachestat`, `cachestat(2)`).
