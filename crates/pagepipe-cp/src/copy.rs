@@ -421,9 +421,9 @@ struct Copier<'a> {
     /// one of them (`a/x b/x DIR`) is refused, as cp refuses it, rather than replacing the first
     /// one's copy.
     created: BTreeSet<PathBuf>,
-    /// Every source file this run took, as cp remembers them: its directory's device and inode,
-    /// its name there, its own device and inode. The same source again (`x x DIR`, `x ./x DIR`)
-    /// is a warning, as in cp; a hard link of it under another name is another source.
+    /// Every file named on the command line, as cp remembers them: its directory's device and
+    /// inode, its name there, its own device and inode. The same one again (`x x DIR`, `x ./x
+    /// DIR`) is a warning, as in cp; a hard link of it under another name is another source.
     seen: BTreeSet<(u64, u64, std::ffi::OsString, u64, u64)>,
     summary: Summary,
 }
@@ -431,10 +431,27 @@ struct Copier<'a> {
 impl Copier<'_> {
     fn copy_top(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
         if is_stdin(src) {
-            self.copy_stdin(dst)
-        } else {
-            self.copy_entry(src, dst)
+            return self.copy_stdin(dst);
         }
+        // As cp: a file (not a directory) named twice on the command line is copied once, with
+        // a warning. Files a recursion reaches twice (`-r a a/sub DIR`) go to two places, and
+        // are copied to both.
+        let meta = if self.args.recursive {
+            fs::symlink_metadata(src)
+        } else {
+            fs::metadata(src)
+        };
+        if let Some(meta) = meta.ok().filter(|m| !m.is_dir()) {
+            if !self.first_sight(src, &meta) {
+                let msg = format!(
+                    "pagepipe-cp: warning: source file '{}' specified more than once",
+                    src.display()
+                );
+                self.bar.suspend(|| eprintln!("{msg}"));
+                return Ok(());
+            }
+        }
+        self.copy_entry(src, dst)
     }
 
     /// Reports an error that cp reports and goes on from (the exit status will be 1).
@@ -542,14 +559,6 @@ impl Copier<'_> {
     }
 
     fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
-        if !self.first_sight(src, meta) {
-            let msg = format!(
-                "pagepipe-cp: warning: source file '{}' specified more than once",
-                src.display()
-            );
-            self.bar.suspend(|| eprintln!("{msg}"));
-            return Ok(());
-        }
         let given = dst;
         let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
         if let Ok(d) = fs::metadata(dst) {

@@ -722,6 +722,20 @@ fn destinations_follow_cp_links_specials_and_repeats() {
         text(&out.stderr)
     );
     assert_eq!(fs::read(t.join("twice/x")).unwrap(), b"AAA");
+    // A file a recursion reaches twice goes to both places, as in cp (`-r a a/sub DIR`).
+    fs::create_dir_all(t.join("tree/sub")).unwrap();
+    write_file(&t.join("tree/sub/y"), b"YYY", 0o644);
+    fs::create_dir(t.join("both")).unwrap();
+    let out = Command::new(BIN)
+        .arg("-r")
+        .arg(t.join("tree"))
+        .arg(t.join("tree/sub"))
+        .arg(t.join("both"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read(t.join("both/tree/sub/y")).unwrap(), b"YYY");
+    assert_eq!(fs::read(t.join("both/sub/y")).unwrap(), b"YYY");
     // A hard link of a source under another name is another source, as in cp: refused, exit 1.
     fs::create_dir(t.join("links")).unwrap();
     fs::hard_link(t.join("a/x"), t.join("links/x")).unwrap();

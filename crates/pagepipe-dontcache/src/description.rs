@@ -25,8 +25,11 @@ use std::os::unix::fs::OpenOptionsExt;
 /// # Errors
 /// `fcntl`'s, or the open's: `ENOENT` without `/proc`, `EACCES` when the file's permissions
 /// forbid what the caller's description was opened for (a file created read-only);
-/// [`io::ErrorKind::InvalidData`] when `/proc` named another file (not procfs).
+/// [`io::ErrorKind::InvalidData`] when `/proc` named another file (not procfs);
+/// [`io::ErrorKind::ResourceBusy`] when the caller's description holds a lease, which the
+/// reopen would break (the writer then writes through the caller's description).
 pub(crate) fn reopen(file: &File) -> io::Result<File> {
+    sys::fs::refuse_leased(file)?;
     let fd = file.as_raw_fd();
     // SAFETY: F_GETFL reads the status flags of a descriptor borrowed from a live File.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };

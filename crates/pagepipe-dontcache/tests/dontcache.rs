@@ -729,6 +729,47 @@ fn release_on_a_data_journal_mount_frees_without_growing_the_file() {
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
 }
 
+/// A file whose description holds a lease is never reopened: the reopen would break the lease
+/// (the holder signalled, the open waiting up to 45 s). The writer then writes through the
+/// caller's description, and `release` refuses (`ResourceBusy`). Before: a 46 s wait and the
+/// lease broken (a review's measurement).
+#[test]
+fn a_leased_file_keeps_its_lease() {
+    use std::os::fd::AsRawFd;
+    let t = TempFile(temp_path("leased"));
+    let file = rw_file(&t.0);
+    // SAFETY: F_SETLEASE on a descriptor borrowed from a live File.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) } != 0 {
+        println!(
+            "SKIPPED a_leased_file_keeps_its_lease: no lease here: {}",
+            io::Error::last_os_error()
+        );
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    dontcache::reserve(&file, 1 << 20).unwrap();
+    let e = dontcache::release(&file).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            io::ErrorKind::ResourceBusy | io::ErrorKind::Unsupported
+        ),
+        "{e}"
+    );
+    let mut w = Writer::with_mode(file, Mode::Fallback).unwrap();
+    w.write_all(b"leased").unwrap();
+    // SAFETY: F_GETLEASE on a descriptor borrowed from a live File.
+    let lease = unsafe { libc::fcntl(w.file().as_raw_fd(), libc::F_GETLEASE) };
+    assert_eq!(lease, libc::F_WRLCK, "the lease was broken");
+    w.finish().unwrap();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(std::fs::read(&t.0).unwrap(), b"leased");
+}
+
 /// Two writers fill one file in parallel, one of which preallocated its final size: when the
 /// preallocating one finishes while the other still extends the file, nothing of the other's
 /// may be lost (issue 27: its finish set the file's length back to a size it had read, and the

@@ -241,8 +241,9 @@ pub fn on_ext4(fd: &impl AsRawFd) -> io::Result<bool> {
 ///
 /// # Errors
 /// [`io::ErrorKind::Unsupported`] off ext4; [`io::ErrorKind::PermissionDenied`] for a
-/// description not open for writing; [`io::ErrorKind::FileTooLarge`] where the write could pass
-/// `RLIMIT_FSIZE` (the kernel would raise `SIGXFSZ`; another process growing the file past this
+/// description not open for writing; [`io::ErrorKind::ResourceBusy`] for a file with a lease
+/// ([`refuse_leased`]); [`io::ErrorKind::FileTooLarge`] where the size has reached
+/// `RLIMIT_FSIZE` (the kernel would raise `SIGXFSZ`; another process growing the file to this
 /// process's limit during the call still could); the reopen's errors (`EACCES` where the
 /// file's permissions forbid writing it); the write's, other than the `EFAULT` or `EINVAL` it
 /// is made to fail with.
@@ -265,17 +266,19 @@ pub fn ext4_free_blocks_past_end(file: &File) -> io::Result<()> {
             "giving back a file's blocks needs a description of it open for writing",
         ));
     }
+    refuse_leased(file)?;
     let size = file.metadata()?.len();
     // SAFETY: rlimit is plain data, for which all zeroes is a valid value.
     let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: getrlimit writes an rlimit to the pointer we pass, valid for the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) } == 0
         && limit.rlim_cur != libc::RLIM_INFINITY
-        && size + PAGE_SIZE as u64 > limit.rlim_cur
+        && size >= limit.rlim_cur
     {
+        // Below the limit the kernel shortens the write instead; at it, it raises SIGXFSZ.
         return Err(io::Error::new(
             io::ErrorKind::FileTooLarge,
-            format!("a write at byte {size} could pass the file size limit (RLIMIT_FSIZE)"),
+            format!("a write at byte {size} would reach the file size limit (RLIMIT_FSIZE)"),
         ));
     }
     // thread-self: this thread's descriptor table, also where it unshared it from the process.
@@ -308,6 +311,28 @@ pub fn ext4_free_blocks_past_end(file: &File) -> io::Result<()> {
         _ if matches!(e.raw_os_error(), Some(libc::EFAULT | libc::EINVAL)) => Ok(()),
         _ => Err(e),
     }
+}
+
+/// Refuses a file whose description holds a lease (`F_GETLEASE`): reopening it, as this module's
+/// callers do through `/proc`, would break the lease (the holder is signalled, the open waits up
+/// to `lease-break-time`, 45 s by default). Only a write lease can be held on a file open for
+/// writing, and only by its one writable description.
+///
+/// # Errors
+/// [`io::ErrorKind::ResourceBusy`] for a leased file; `fcntl`'s.
+pub fn refuse_leased(file: &File) -> io::Result<()> {
+    // SAFETY: F_GETLEASE reads the lease of a descriptor borrowed from a live File.
+    let lease = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLEASE) };
+    if lease < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lease != libc::F_UNLCK {
+        return Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "the file holds a lease, which opening it again would break",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks that `again`, opened through `/proc/.../fd`, is the file `file` is: a `/proc` that is
