@@ -112,8 +112,9 @@ pub fn reserve(file: &File, len: u64) -> io::Result<bool> {
 /// # Errors
 /// [`io::ErrorKind::Unsupported`] where the filesystem is not ext4 or does not say where a
 /// file's blocks lie (`FS_IOC_FIEMAP`: tmpfs); [`io::ErrorKind::PermissionDenied`] for a file
-/// not open for writing; [`io::ErrorKind::FileTooLarge`] where the write could pass the
-/// process's file size limit (`RLIMIT_FSIZE`); the reopen's errors (a description of the file
+/// not open for writing; [`io::ErrorKind::ResourceBusy`] for a file whose description holds a
+/// lease (opening it again would break the lease); [`io::ErrorKind::FileTooLarge`] where the
+/// size has reached the process's file size limit (`RLIMIT_FSIZE`); the reopen's errors (a description of the file
 /// is opened through `/proc/thread-self/fd`: `EACCES` where the file's permissions forbid
 /// writing it); the write's other than the `EFAULT` or `EINVAL` it is made to fail with; an
 /// error saying blocks remain past the end after the cut (no cut on this file, or another
