@@ -79,6 +79,8 @@ mod fork; // the fork handlers and the fork generation
 mod mode; // Mode, Stats
 mod pacing; // the arithmetic of a writer's pauses
 mod reader; // Reader
+#[cfg(test)]
+mod test_support; // what the unit tests share
 mod writer; // Writer
 
 pub use cache::{cached_bytes, cached_bytes_in, drop_cache, release, reserve};

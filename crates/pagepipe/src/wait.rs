@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 /// locks may be held by threads that do not exist here), so each list records the
 /// [`children`] generation it was registered in: a child's wake finds another generation and
 /// returns, without the lock; its first registration, and its drop of the list, forget the
-/// parent's wakers (leaked, not dropped; the drop takes no lock). What remains: a child forked while a parent thread was inside `register` or a wake
-/// on a list deadlocks on that list's lock at its first registration there (a window of a few
-/// instructions; the lists are per pipe and per process, not in the fork handlers).
+/// parent's wakers (leaked, not dropped; the drop takes no lock). What remains: a child forked
+/// while a parent thread was inside `register` or a wake on a list deadlocks on that list's
+/// lock at its first registration there (a window of a few instructions; the lists are per
+/// pipe and per process, not in the fork handlers).
 #[derive(Default)]
 pub(crate) struct Wakers {
     /// Some waker is registered (a hint read on every advance: only waiters write it).

@@ -6,14 +6,7 @@ use crate::consts::OVERDRAFT_WINDOWS;
 
 #[test]
 fn completed_ranges_are_dropped_behind_a_busy_one() {
-    let path = std::env::temp_dir().join(format!("pagepipe-dontcache-reap-{}", std::process::id()));
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    let (path, file) = crate::test_support::temp_rw("reap");
     if let Err(e) = sys::fs::cachestat(&file, 0, 0) {
         // Without cachestat the reaper waits for the oldest range, in order.
         eprintln!("SKIPPED completed_ranges_are_dropped_behind_a_busy_one: no cachestat: {e}");
