@@ -52,7 +52,7 @@ thread_local! {
     static FORK_HOLDS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
         const { std::cell::RefCell::new(Vec::new()) };
     /// The process keys' list, held across a fork by the forking thread.
-    static FORK_KEYS: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::shared::OwnKeys>>> =
+    static FORK_KEYS: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::keys::OwnKeys>>> =
         const { std::cell::RefCell::new(None) };
     /// The region cache's lock, held across a fork by the forking thread.
     static FORK_CACHE: std::cell::RefCell<Option<std::sync::MutexGuard<'static, crate::pipe::cache::Cache>>> =
@@ -78,7 +78,7 @@ extern "C" fn before_fork() {
     let holds = guard.hold_owners_for_fork();
     FORK_HOLDS.with(|h| *h.borrow_mut() = holds);
     FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
-    let keys = crate::pipe::shared::own_keys();
+    let keys = crate::pipe::keys::own_keys();
     FORK_KEYS.with(|k| *k.borrow_mut() = Some(keys));
     let cache = crate::pipe::cache::lock();
     FORK_CACHE.with(|c| *c.borrow_mut() = Some(cache));

@@ -4,17 +4,18 @@
 //! [`FLUSHER`]'s counters and kicks its threads; [`FLUSHER`] keeps the writers' [`Shared`] and
 //! works on them), so they live in one file.
 
+mod gauges;
+
 use crate::consts::{
-    DEFAULT_WINDOW, FLUSHER_POLL, FLUSHER_TICK, FOREIGN_CHECK, MAX_FOLIO, MAX_OVERDRAFT,
-    MAX_PASSES, SCAN_LIMIT, YIELD_OFF, YIELD_ON,
+    DEFAULT_WINDOW, FLUSHER_POLL, FLUSHER_TICK, MAX_FOLIO, MAX_OVERDRAFT, MAX_PASSES, SCAN_LIMIT,
 };
 use crate::dirty::{coalesce, Inflight, LiveFd, Pending, Range};
 use crate::error::reported;
+use gauges::{smooth, Bandwidth, Foreign};
 use pagepipe_sys::{self as sys, fs::RangeSync};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::time::Duration;
@@ -453,7 +454,7 @@ impl Shared {
             // Relaxed: a heuristic count (see Writer::pace); paired with the increment in record.
             FLUSHER.active.fetch_sub(1, Ordering::Relaxed);
         }
-        // Relaxed: heuristics (Writer::pace, Bandwidth::saturated).
+        // Relaxed: heuristics (Writer::pace, saturated).
         FLUSHER.total_dirty.fetch_sub(r.charged, Ordering::Relaxed);
         // Relaxed: a statistic (see Bandwidth).
         FLUSHER.dropped.fetch_add(r.len(), Ordering::Relaxed);
@@ -603,168 +604,50 @@ pub(crate) fn give_back_overdraft(bytes: u64) {
     }
 }
 
-/// The submitter's view of other processes' writeback: `Writeback:` of `/proc/meminfo` (every
-/// page under writeback in the system) less what this process has in flight, read at most every
-/// [`FOREIGN_CHECK`], published in [`Flusher::yielding`] with hysteresis ([`YIELD_ON`],
-/// [`YIELD_OFF`]). Measured on the development VM (competing writes): when the buffered
-/// competitor's `fsync` of 512 MiB started, `Writeback:` rose from under 16 MiB to 91 MiB within
-/// 3 ms and stayed near 146 MiB (the block layer's throttling holds the rest back) until it
-/// ended, ~250 ms later; our own in flight was 10-30 MiB.
-///
-/// System-wide, not per device: writeback to another disk makes the writers yield too (they then
-/// write at the yield pace into their overdraft, and start writeback when it runs out).
-struct Foreign {
-    meminfo: Option<File>,
-    checked: std::time::Instant,
-    buf: Vec<u8>,
-}
-
-impl Foreign {
-    fn new() -> Foreign {
-        Foreign {
-            meminfo: File::open("/proc/meminfo").ok(),
-            checked: std::time::Instant::now(),
-            buf: vec![0; 8192],
-        }
-    }
-
-    /// Updates and returns [`Flusher::yielding`]: false while no writer has data in flight.
-    fn update(&mut self) -> bool {
-        // Relaxed: heuristics; a stale value shifts a decision by one round.
-        let was = FLUSHER.yielding.load(Ordering::Relaxed);
-        if FLUSHER.total_dirty.load(Ordering::Relaxed) == 0 {
-            FLUSHER.yielding.store(false, Ordering::Relaxed);
-            return false;
-        }
-        if self.checked.elapsed() < FOREIGN_CHECK {
-            return was;
-        }
-        self.checked = std::time::Instant::now();
-        let Some(writeback) = self.system_writeback() else {
-            return was;
-        };
-        let ours = FLUSHER.inflight_bytes.load(Ordering::Relaxed);
-        let foreign = writeback.saturating_sub(ours);
-        let now = if was {
-            foreign > YIELD_OFF
-        } else {
-            foreign > YIELD_ON
-        };
-        FLUSHER.yielding.store(now, Ordering::Relaxed);
-        now
-    }
-
-    /// Bytes under writeback in the whole system, `None` if `/proc/meminfo` cannot be read.
-    fn system_writeback(&mut self) -> Option<u64> {
-        let n = self.meminfo.as_ref()?.read_at(&mut self.buf, 0).ok()?;
-        meminfo_kib(&self.buf[..n], b"Writeback:").map(|kib| kib << 10)
-    }
-}
-
 /// [`Foreign::update`] on the process's one [`Foreign`], from whichever flusher thread gets to it
-/// first (the other reads [`Flusher::yielding`]).
+/// first (the other reads [`Flusher::yielding`]); returns and publishes [`Flusher::yielding`],
+/// false while no writer has data in flight.
 fn check_foreign() -> bool {
     static FOREIGN: Mutex<Option<Foreign>> = Mutex::new(None);
     match FOREIGN.try_lock() {
-        Ok(mut f) => f.get_or_insert_with(Foreign::new).update(),
+        Ok(mut f) => {
+            // Relaxed: heuristics; a stale value shifts a decision by one round.
+            let was = FLUSHER.yielding.load(Ordering::Relaxed);
+            let now = FLUSHER.total_dirty.load(Ordering::Relaxed) != 0 && {
+                let ours = FLUSHER.inflight_bytes.load(Ordering::Relaxed);
+                f.get_or_insert_with(Foreign::new).update(was, ours)
+            };
+            if now != was {
+                FLUSHER.yielding.store(now, Ordering::Relaxed);
+            }
+            now
+        }
         // Poisoned or busy: the flag as it is (Relaxed: a heuristic).
         Err(_) => FLUSHER.yielding.load(Ordering::Relaxed),
     }
 }
 
-/// The value in KiB of the `/proc/meminfo` line starting with `key` (e.g. `b"Writeback:"`).
-fn meminfo_kib(text: &[u8], key: &[u8]) -> Option<u64> {
-    let line = text.split(|&b| b == b'\n').find(|l| l.starts_with(key))?;
-    let value = std::str::from_utf8(&line[key.len()..]).ok()?;
-    value.split_whitespace().next()?.parse().ok()
+/// Whether the writers keep the flusher busy: at least two pieces in flight.
+fn saturated() -> bool {
+    // Relaxed: a heuristic.
+    FLUSHER.total_dirty.load(Ordering::Relaxed) >= 2 * MAX_FOLIO
 }
 
-/// Measures the flusher's writeback bandwidth: bytes dropped per second of *busy* time, the
-/// time during which the writers kept data in flight (an idle stretch measures the writers, not
-/// the disk), summed over the reaper's rounds until it reaches [`BANDWIDTH_INTERVAL`], smoothed
-/// (a quarter of each new sample), published in [`Flusher::bandwidth`].
-///
-/// Only busy time counts, however it is spread: a writer paced by a low estimate writes a few
-/// MiB, pauses, and finds them all written back and dropped before its pause ends, so the
-/// flusher is busy for a few milliseconds out of every twenty. An earlier version took a sample
-/// only over an interval of at least 10 ms that was busy at both ends; measured (competing
-/// writes, after the competitor's `fsync` had held our writeback up): the estimate fell to
-/// 7 MiB/s during the stall and never recovered, because that pattern was never busy at both
-/// ends of an interval, and the writer was paused 20 ms per 1 MiB write until it finished.
-struct Bandwidth {
-    /// When the reaper last looked.
-    last: std::time::Instant,
-    /// [`Flusher::dropped`] when the reaper last looked.
-    dropped: u64,
-    /// Whether writeback was in flight when the reaper last looked: the time and bytes until it
-    /// looks again count.
-    busy: bool,
-    /// Busy time and bytes dropped in it since the last sample.
-    busy_time: Duration,
-    busy_bytes: u64,
-}
-
-/// The busy time over which [`Bandwidth`] takes a sample.
-const BANDWIDTH_INTERVAL: Duration = Duration::from_millis(10);
-
-impl Bandwidth {
-    fn new(now: std::time::Instant) -> Bandwidth {
-        Bandwidth {
-            last: now,
-            dropped: 0,
-            busy: false,
-            busy_time: Duration::ZERO,
-            busy_bytes: 0,
-        }
+/// Adds the reaper's latest look to `b` and publishes a new estimate in
+/// [`Flusher::bandwidth`] when `b` has a sample.
+fn sample_bandwidth(b: &mut Bandwidth) {
+    // Relaxed: statistics.
+    let dropped = FLUSHER.dropped.load(Ordering::Relaxed);
+    // While yielding, our writeback waits behind another process's: that measures the other
+    // process, not what this process gets once it stops, so the estimate is frozen.
+    // Relaxed: a heuristic.
+    let busy = saturated() && !FLUSHER.yielding.load(Ordering::Relaxed);
+    if let Some(rate) = b.observe(std::time::Instant::now(), dropped, busy) {
+        let old = FLUSHER.bandwidth.load(Ordering::Relaxed);
+        FLUSHER
+            .bandwidth
+            .store(smooth(old, rate), Ordering::Relaxed);
     }
-
-    /// Whether the writers keep the flusher busy: at least two pieces in flight.
-    fn saturated() -> bool {
-        // Relaxed: a heuristic.
-        FLUSHER.total_dirty.load(Ordering::Relaxed) >= 2 * MAX_FOLIO
-    }
-
-    /// Adds the stretch since the last look if writeback was busy during it; returns a rate
-    /// (bytes per second) once [`BANDWIDTH_INTERVAL`] of busy time has been seen. `dropped` is
-    /// the running count of bytes dropped, `busy` whether writeback is in flight now.
-    fn observe(&mut self, now: std::time::Instant, dropped: u64, busy: bool) -> Option<u64> {
-        if self.busy {
-            self.busy_time += now.saturating_duration_since(self.last);
-            self.busy_bytes += dropped.saturating_sub(self.dropped);
-        }
-        self.last = now;
-        self.dropped = dropped;
-        self.busy = busy;
-        if self.busy_time < BANDWIDTH_INTERVAL {
-            return None;
-        }
-        let rate = (self.busy_bytes as f64 / self.busy_time.as_secs_f64()) as u64;
-        self.busy_time = Duration::ZERO;
-        self.busy_bytes = 0;
-        Some(rate)
-    }
-
-    fn sample(&mut self) {
-        // Relaxed: statistics.
-        let dropped = FLUSHER.dropped.load(Ordering::Relaxed);
-        // While yielding, our writeback waits behind another process's: that measures the other
-        // process, not what this process gets once it stops, so the estimate is frozen.
-        // Relaxed: a heuristic.
-        let busy = Bandwidth::saturated() && !FLUSHER.yielding.load(Ordering::Relaxed);
-        if let Some(rate) = self.observe(std::time::Instant::now(), dropped, busy) {
-            let old = FLUSHER.bandwidth.load(Ordering::Relaxed);
-            FLUSHER
-                .bandwidth
-                .store(smooth(old, rate), Ordering::Relaxed);
-        }
-    }
-}
-
-/// The bandwidth estimate after a new sample `rate`: a quarter of the way from `old` (the first
-/// sample as it is), never 0 (0 means "not measured yet").
-fn smooth(old: u64, rate: u64) -> u64 {
-    let new = if old == 0 { rate } else { (3 * old + rate) / 4 };
-    new.max(1)
 }
 
 /// The pid in which the reaper and the submitter were started.
@@ -996,7 +879,7 @@ impl Flusher {
             // The reaper looks too: the submitter may be blocked in a submission for tens of
             // milliseconds just when another process's writeback starts.
             check_foreign();
-            bandwidth.sample();
+            sample_bandwidth(&mut bandwidth);
             drop(writers);
             if !busy && !kicked {
                 // A queued range between the swap above and this wait changed the word.

@@ -1,8 +1,10 @@
 //! The flusher's unit tests (kept beside it, out of its file for length).
 
+use super::gauges::meminfo_kib;
 use super::*;
 use crate::cache::{cached_bytes, cached_bytes_in};
 use crate::consts::OVERDRAFT_WINDOWS;
+use std::os::unix::fs::FileExt;
 
 #[test]
 fn completed_ranges_are_dropped_behind_a_busy_one() {

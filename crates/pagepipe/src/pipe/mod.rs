@@ -43,6 +43,7 @@ mod copy;
 pub(crate) mod create;
 pub(crate) mod end;
 pub(crate) mod hint;
+pub(crate) mod keys;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod notify;
