@@ -46,6 +46,7 @@ mod pressure;
 mod reclaim;
 mod region;
 mod ring;
+mod spin;
 mod sync;
 #[cfg(all(feature = "tokio", not(loom)))]
 mod timer;

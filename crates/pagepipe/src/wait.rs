@@ -1,6 +1,6 @@
 //! Waiting for the other side, and waking it (seed 002's conditional wake-ups).
 //!
-//! - [`sleep_until`]: a blocked side spins briefly, then registers in the other side's index word
+//! - [`sleep_until`]: a blocked side spins while spinning pays (see [`crate::spin`]), then registers in the other side's index word
 //!   (see [`crate::ring`]), rechecks and sleeps on its futex, a tick at a time, so a dead peer
 //!   (who cannot wake anyone) is noticed at the next tick.
 //! - [`wake_if_waiting`]: the advancing side wakes sleepers only when the index RMW that
@@ -230,20 +230,23 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
 
 /// Blocks until `ready(force)`: spins briefly, then registers as a sleeper in the other side's
 /// index `word` (head for readers, tail for writers), rechecks and sleeps on `futex`, a tick at a
-/// time; after a tick that nobody ended, rechecks with `force` (peers may have died).
+/// time; after a tick that nobody ended, rechecks with `force` (peers may have died). With
+/// `ask_first`, also rechecks with `force` before the first sleep.
 pub(crate) fn sleep_until(
     word: &AtomicU64,
     futex: &Futex,
     ready: impl Fn(bool) -> bool,
     deadline: Option<Instant>,
+    ask_first: bool,
     tick: impl Fn() -> Duration,
 ) -> io::Result<()> {
     if deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(timed_out()); // also bounds a caller that keeps finding nothing to do
     }
-    // After spinning, ask the kernel once before sleeping: a peer killed meanwhile bumped no
-    // counter, and a sleeper should not wait a tick to see it gone.
-    if spin_until(|| ready(false)) || ready(true) {
+    // After spinning, ask the kernel once before sleeping (`ask_first`: unless the peer's death
+    // wakes us anyway): a peer killed meanwhile bumped no counter, and a sleeper should not
+    // wait a tick to see it gone.
+    if crate::spin::spin_until(|| ready(false)) || ready(ask_first) {
         return Ok(());
     }
     loop {
@@ -282,31 +285,6 @@ pub(crate) fn wake_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
         futex.wake_all();
     }
 }
-/// Spins (bounded) until `ready`; false if it never became true. Under loom, never spins:
-/// the model explores the sleeping path, where lost wakeups would hide.
-#[cfg(loom)]
-fn spin_until(_ready: impl Fn() -> bool) -> bool {
-    false
-}
-
-/// Spins (bounded) until `ready`; false if it never became true.
-#[cfg(not(loom))]
-fn spin_until(ready: impl Fn() -> bool) -> bool {
-    /// Spin iterations before a side registers and sleeps.
-    const SPIN_LIMIT: u32 = 1 << 12;
-    for i in 0..SPIN_LIMIT {
-        if ready() {
-            return true;
-        }
-        if i % 256 == 255 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    false
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

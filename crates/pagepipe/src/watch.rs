@@ -104,11 +104,18 @@ fn running() -> bool {
 /// long if the watcher runs and watches its end (`watched`) or its pipe is `confined` to this
 /// process (its peers' drops wake it), else [`crate::lock::TICK`].
 pub(crate) fn tick(watched: bool, confined: bool) -> Duration {
-    if confined || (watched && running()) {
+    if covers(watched, confined) {
         WATCHED_TICK
     } else {
         crate::lock::TICK
     }
+}
+
+/// Whether a peer's death wakes an end's sleepers without their asking (a confined pipe's peer
+/// wakes them by its drop; a watched end's, by the watcher): then a sleeper need not ask the
+/// kernel before it sleeps, only once a tick passes.
+pub(crate) fn covers(watched: bool, confined: bool) -> bool {
+    confined || (watched && running())
 }
 
 /// Notes a new end of this process, and arms it, unless its pipe is confined (see the module

@@ -661,6 +661,15 @@ impl End {
         return crate::lock::TICK;
     }
 
+    /// Whether a sleeper must ask the kernel about the other side before it sleeps: unless the
+    /// other side's death wakes it anyway (see `watch::covers`).
+    fn ask_before_sleep(&self) -> bool {
+        #[cfg(not(loom))]
+        return !crate::watch::covers(self.watched.load(Ordering::Relaxed), self.shared.confined());
+        #[cfg(loom)]
+        return true;
+    }
+
     /// Blocks until the ring may hold data or no writer is left; `TimedOut` at the deadline.
     pub(crate) fn wait_readable(&self, deadline: Option<Instant>) -> io::Result<()> {
         let sh = &*self.shared;
@@ -678,6 +687,7 @@ impl End {
                 self.peer_gone(force)
             },
             deadline,
+            self.ask_before_sleep(),
             || self.tick(),
         )
     }
@@ -695,6 +705,7 @@ impl End {
                 !ring::is_full(hd, t, sh.limit_now()) || self.peer_gone(force)
             },
             deadline,
+            self.ask_before_sleep(),
             || self.tick(),
         )
     }

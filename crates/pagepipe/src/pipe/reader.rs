@@ -443,6 +443,7 @@ fn consume(
 ) -> io::Result<usize> {
     let (mut tail, mut head) = (rs.tail, rs.cached_head);
     let mut released = 0;
+    let mut sleepers = 0; // the tail word's sleeper flag, as releases returned it
     let ring = rs.ring();
     let mut n = 0;
     let mut error = None;
@@ -495,7 +496,7 @@ fn consume(
             tail += 1;
             released += 1;
             if released == PUBLISH_BATCH {
-                sh.advance_tail(released);
+                sleepers |= sh.advance_tail_quiet(released);
                 released = 0;
             }
         } else {
@@ -507,7 +508,8 @@ fn consume(
         }
     }
     add_consumed(sh, n);
-    sh.advance_tail(released);
+    sleepers |= sh.advance_tail_quiet(released);
+    sh.wake_writers_if_waiting(sleepers);
     rs.tail = tail;
     rs.cached_head = head;
     match error {

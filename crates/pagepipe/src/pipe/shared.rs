@@ -650,22 +650,31 @@ impl Shared {
     }
 
     /// Called after a slot was consumed with a `tail` RMW that returned `old`.
-    fn wake_writers_if_waiting(&self, old: u64) {
+    pub(crate) fn wake_writers_if_waiting(&self, old: u64) {
         let h = self.header();
         wake_if_waiting(&h.tail.word, &h.writable, old);
     }
 
     /// Hands `n` released slots back to the writer side and wakes a sleeping writer.
     pub(crate) fn advance_tail(&self, n: u64) {
+        let old = self.advance_tail_quiet(n);
+        self.wake_writers_if_waiting(old);
+    }
+
+    /// Hands `n` released slots back to the writer side; returns the tail word before (0 for
+    /// no slot), whose sleeper flag the caller hands to [`Shared::wake_writers_if_waiting`]
+    /// once, when its call is done: a read that frees many slots wakes a sleeping writer once,
+    /// as Linux's `pipe_read` does, not once per batch (a wake-up on a busy machine costs the
+    /// woken side a trip through the scheduler, and every one it need not make is a win).
+    pub(crate) fn advance_tail_quiet(&self, n: u64) -> u64 {
         if n == 0 {
-            return;
+            return 0;
         }
         // Release: pairs with the writer's Acquire load of tail, so our reads of these pages (and
         // their release) happen before the writer reuses the positions. SeqCst (free on x86,
         // where every RMW is a full barrier): the store half of the store-load pair with
         // End::enable_polling.
-        let old = self.header().tail.word.fetch_add(n * ONE, Ordering::SeqCst);
-        self.wake_writers_if_waiting(old);
+        self.header().tail.word.fetch_add(n * ONE, Ordering::SeqCst)
     }
 
     /// The head index now, checked against the caller's `tail` in a ring of `ring` slots.
@@ -768,8 +777,19 @@ pub(crate) const PUBLISH_BATCH: u64 = 4;
 /// sleeping reader. `InvalidData` when the head word was not at `from`: a peer corrupted the
 /// region (the check `Shared::lock_write_unchecked` leaves to us).
 pub(crate) fn publish(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Result<()> {
+    let old = publish_quiet(sh, from, n, bytes)?;
+    sh.wake_readers_if_waiting(old);
+    Ok(())
+}
+
+/// [`publish`] without the wake-up: returns the head word before (0 for no slot), whose
+/// sleeper flag the caller hands to [`Shared::wake_readers_if_waiting`] once its call has
+/// published everything it will (a write wakes a sleeping reader once, when it is done or the
+/// ring is full, as Linux's `pipe_write` does). On `InvalidData` it has woken the sleepers
+/// itself.
+pub(crate) fn publish_quiet(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Result<u64> {
     if n == 0 {
-        return Ok(());
+        return Ok(0);
     }
     // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
     // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
@@ -777,8 +797,11 @@ pub(crate) fn publish(sh: &Shared, from: u64, n: u64, bytes: usize) -> io::Resul
     // After the RMW, which brought the line here: a waiting reader polls it, and loading the
     // counter before the RMW would wait for the line on a round trip's critical path.
     add_bytes(sh, bytes);
-    sh.wake_readers_if_waiting(old);
-    check_saved_index(from, old)
+    if let Err(e) = check_saved_index(from, old) {
+        sh.wake_readers_if_waiting(old); // whatever the head word says, nobody sleeps on it
+        return Err(e);
+    }
+    Ok(old)
 }
 
 /// Counts `n` more bytes published (for `Reader::len`); only write-side holders write it.

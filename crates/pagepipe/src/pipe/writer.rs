@@ -3,7 +3,9 @@
 use crate::error::{broken_pipe, would_block};
 use crate::pipe::end::End;
 use crate::pipe::hint::note_next_write;
-use crate::pipe::shared::{add_bytes, publish, Ring, Shared, WriteGuard, PUBLISH_BATCH};
+use crate::pipe::shared::{
+    add_bytes, publish, publish_quiet, Ring, Shared, WriteGuard, PUBLISH_BATCH,
+};
 use crate::region::{Side, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring;
 use crate::sync::{Arc, Ordering};
@@ -590,6 +592,7 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
     let ring = ws.ring();
     let mut done = 0;
     let (mut staged, mut staged_bytes) = (0, 0);
+    let mut sleepers = 0; // the head word's sleeper flag, as publications returned it
     let result = loop {
         if src.len() == 0 {
             break Ok(done);
@@ -611,13 +614,16 @@ fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Resul
         staged += 1;
         staged_bytes += n;
         if staged == PUBLISH_BATCH {
-            if let Err(e) = publish(sh, head - staged, staged, staged_bytes) {
-                break Err(e);
+            match publish_quiet(sh, head - staged, staged, staged_bytes) {
+                Ok(old) => sleepers |= old,
+                Err(e) => break Err(e),
             }
             (staged, staged_bytes) = (0, 0);
         }
     };
-    let published = publish(sh, head - staged, staged, staged_bytes);
+    let published = publish_quiet(sh, head - staged, staged, staged_bytes);
+    // One wake-up for the whole fill (see `publish_quiet`).
+    sh.wake_readers_if_waiting(sleepers | *published.as_ref().unwrap_or(&0));
     note_next_write(ring, head);
     ws.head = head;
     ws.cached_tail = tail;
