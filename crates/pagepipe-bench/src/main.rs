@@ -3,7 +3,8 @@
 //!
 //! With no subcommand it runs the quick suite (about 90 s): one table of every transport,
 //! between threads and between processes.
-//! `compare OLD.jsonl NEW.jsonl` compares two saved `--json` runs.
+//! `compare OLD.jsonl NEW.jsonl` compares two saved `--json` runs. `--load N` runs N busy loops
+//! beside any of them.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -13,6 +14,7 @@ mod child;
 mod common;
 mod compare;
 mod harness;
+mod load;
 mod probe;
 mod quick;
 mod stats;
@@ -71,6 +73,16 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let opts = &cli.run;
+    let _load = match &cli.cmd {
+        Some(Cmd::Compare(_)) => None,
+        _ => match load::Load::start(opts.load) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("pagepipe-bench: {e}");
+                std::process::exit(1);
+            }
+        },
+    };
     let result = match cli.cmd {
         None => quick::run(&cli.quick, opts),
         Some(Cmd::Pipe(a)) => pipe::run(&a, opts),
@@ -86,6 +98,7 @@ fn main() {
         Some(Cmd::Compare(a)) => compare::run(&a),
     };
     if let Err(e) = result {
+        drop(_load);
         eprintln!("pagepipe-bench: {e}");
         std::process::exit(1);
     }

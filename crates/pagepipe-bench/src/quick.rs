@@ -1,6 +1,7 @@
 //! The quick suite (no subcommand): every benchmark briefly, every transport side by side,
-//! between threads and between processes, in about 90 s on this 2-core machine, as one table
-//! with the ratios to the kernel.
+//! between threads and between processes, then bandwidth and round trip again with 1 and 2 busy
+//! loops sharing the cores, in about two minutes on this 2-core machine, as one table with the
+//! ratios to the kernel.
 
 use crate::buffer::Offsets;
 use crate::child::Between;
@@ -108,10 +109,39 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
     }
     let (case, scale_args) = scale::quick(&kp);
     harness.run(case, |i| scale::measure(kp[i], &scale_args))?;
+    if opts.load == 0 {
+        for n in LOADED_ROWS {
+            loaded_rows(&mut harness, &kp, n)?;
+        }
+    }
     harness.finish(
         "pagepipe-bench quick suite: kernel pipe, AF_UNIX socketpair and pagepipe, between \
          threads and between processes",
     )
+}
+
+/// The busy loops of the suite's loaded rows (run idle, with no `--load`).
+const LOADED_ROWS: [usize; 2] = [1, 2];
+
+/// Bandwidth (threads and processes) and the round trip (threads) of the kernel pipe and
+/// pagepipe with `n` busy loops sharing the cores, the load named in each row.
+fn loaded_rows(harness: &mut Harness, kp: &[Transport], n: usize) -> io::Result<()> {
+    let _load = crate::load::Load::start(n)?;
+    let label = crate::load::label(n);
+    let cfg = PipeConfig::default();
+    let stream = Duration::from_secs_f64(STREAM_S);
+    for between in BOTH {
+        let title = format!("{} · {label}", between.title("bw 64 KiB"));
+        harness.run(bw_case(kp, &title), |i| {
+            bw_once(kp[i], &cfg, 64 * 1024, Offsets::default(), stream, between).map(Run::from)
+        })?;
+    }
+    let between = Between::Threads;
+    let mut lat = lat_case(kp, &format!("{} · {label}", between.title("lat 1 B")));
+    lat.columns.truncate(1);
+    harness.run(lat, |i| {
+        lat_once(kp[i], &cfg, Duration::from_secs_f64(LAT_S), between)
+    })
 }
 
 /// `transports`, and between processes iceoryx2 (waiting on its event) where it is built in.

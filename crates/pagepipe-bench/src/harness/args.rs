@@ -62,6 +62,12 @@ pub struct RunArgs {
     /// Compare every transport with this one (a transport name) instead of the first listed.
     #[arg(long, global = true, value_name = "NAME")]
     pub baseline: Option<String>,
+    /// Run N busy loops (`while :; do :; done`, one process each, default priority) during the
+    /// measurement, so both arms share the cores with the same load in the same run (every
+    /// table and JSON line says the load it ran under). The quick suite, run idle, adds rows
+    /// with 1 and 2 busy loops of its own.
+    #[arg(long, global = true, default_value_t = 0, value_name = "N")]
+    pub load: usize,
     /// Write SVG charts into DIR (created if missing): medians with their intervals and the
     /// ratios, and latency CDFs where the benchmark records latencies.
     #[arg(long, global = true, value_name = "DIR")]

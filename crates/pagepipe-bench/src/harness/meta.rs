@@ -19,6 +19,8 @@ pub struct Meta {
     pub cmdline: String,
     /// Start of the invocation, UTC, ISO-8601.
     pub time: String,
+    /// Busy loops running beside the measurement (`--load`).
+    pub load: usize,
 }
 
 impl Meta {
@@ -33,10 +35,11 @@ impl Meta {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cmdline: command_line(),
             time: utc_iso8601(std::time::SystemTime::now()),
+            load: crate::load::active(),
         }
     }
 
-    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time"}`.
+    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time", "load"}`.
     pub fn to_json(&self) -> Value {
         json!({
             "commit": self.commit,
@@ -45,14 +48,21 @@ impl Meta {
             "cores": self.cores,
             "cmdline": self.cmdline,
             "time": self.time,
+            "load": self.load,
         })
     }
 
     /// One line for a table header or a chart.
     pub fn line(&self) -> String {
         format!(
-            "commit {} · Linux {} · {} ({} cores) · {} · {}",
-            self.commit, self.kernel, self.cpu, self.cores, self.time, self.cmdline
+            "commit {} · Linux {} · {} ({} cores) · {} · {} · {}",
+            self.commit,
+            self.kernel,
+            self.cpu,
+            self.cores,
+            crate::load::label(self.load),
+            self.time,
+            self.cmdline
         )
     }
 }

@@ -103,6 +103,15 @@ impl Harness {
             }
         };
         let result = CaseResult::new(&case, slots_into_stats(slots), stopped);
+        if self.bar.is_hidden() && !self.opts.json {
+            // No progress bar (stderr is not a terminal): a line per case instead of silence.
+            eprintln!(
+                "{}: {} rounds in {:.1} s",
+                case.title,
+                rounds,
+                start.elapsed().as_secs_f64()
+            );
+        }
         if self.opts.json {
             for line in result.json_lines(&self.meta) {
                 println!("{line}");

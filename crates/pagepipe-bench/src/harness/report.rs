@@ -152,6 +152,8 @@ pub struct CaseResult {
     pub arms: Vec<ArmStats>,
     /// Why `--runs auto` stopped (empty for a fixed count).
     pub stopped: String,
+    /// Busy loops that ran beside it (`--load`, or the quick suite's loaded rows).
+    pub load: usize,
 }
 
 impl CaseResult {
@@ -161,6 +163,7 @@ impl CaseResult {
             case: case.clone(),
             arms,
             stopped,
+            load: crate::load::active(),
         }
     }
 
@@ -168,7 +171,11 @@ impl CaseResult {
     pub fn json_lines(&self, meta: &Meta) -> Vec<String> {
         self.arms
             .iter()
-            .map(|a| a.to_json(self.case.bench, meta, &self.stopped).to_string())
+            .map(|a| {
+                let mut line = a.to_json(self.case.bench, meta, &self.stopped);
+                line["load"] = serde_json::json!(self.load);
+                line.to_string()
+            })
             .collect()
     }
 }
