@@ -119,6 +119,29 @@ pub fn block_async_signals() -> io::Result<SignalsBlocked> {
     Ok(SignalsBlocked { old })
 }
 
+/// Starts a library helper thread (`builder`'s name and stack) with asynchronous signals
+/// blocked, as [`block_async_signals`] blocks them, from its first instruction: the mask is set
+/// on the calling thread around `spawn` (a new thread inherits its creator's mask) and restored
+/// at once. Every thread a library starts on an application's behalf should start this way;
+/// one that does not takes the application's process-directed signals (a `SIGTERM` the
+/// application blocks and waits for with `sigtimedwait(2)` kills the process instead).
+///
+/// # Errors
+/// The OS's error from `pthread_sigmask(3)` or from starting the thread.
+pub fn spawn_helper<F, T>(
+    builder: std::thread::Builder,
+    f: F,
+) -> io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let blocked = block_async_signals()?;
+    let spawned = builder.spawn(f);
+    drop(blocked);
+    spawned
+}
+
 impl Drop for SignalsBlocked {
     fn drop(&mut self) {
         // SAFETY: restores the mask saved in `block_async_signals`, a valid set.

@@ -83,3 +83,20 @@ pub(crate) fn release_stuck(record: u64, tail: u64, waited: std::time::Duration)
         format!("record {record} released but tail stuck at {tail} for {waited:?}"),
     )
 }
+
+/// A call that needs `/proc` (to open a pipe's memory file again: a key of this process on the
+/// pipe, or a mapping of a ring larger than 64 KiB once the pipe has left the process) found it
+/// missing (`cause`: `ENOENT`): said as such, with what needed it (`what`). Other causes (a full
+/// descriptor table) are returned as they are.
+pub(crate) fn needs_proc(cause: io::Error, what: &str) -> io::Error {
+    if cause.kind() != io::ErrorKind::NotFound {
+        return cause;
+    }
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "{what} needs /proc, which is not mounted (the pipe's memory file is opened again \
+             through /proc/self/fd): {cause}"
+        ),
+    )
+}

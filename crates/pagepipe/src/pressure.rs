@@ -117,9 +117,10 @@ impl PressureMonitor {
         let stop_rx = stop.try_clone()?;
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
-        let thread = std::thread::Builder::new()
-            .name("pagepipe-psi".into())
-            .spawn(move || watch(psi, stop_rx, &c))?;
+        let thread = crate::sys::thread::spawn_helper(
+            std::thread::Builder::new().name("pagepipe-psi".into()),
+            move || watch(psi, stop_rx, &c),
+        )?;
         Ok(PressureMonitor {
             stop,
             thread: Some(thread),

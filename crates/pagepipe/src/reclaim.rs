@@ -152,13 +152,11 @@ pub(crate) fn register(owner: Weak<dyn Trim>) {
     reg.owners.push(owner);
     if !reg.trimmer {
         // A failed spawn only means idle pipes keep their spare pages until the next read or
-        // shrink(); it is not worth failing pipe creation for. Spawned with asynchronous
-        // signals blocked, which it inherits: the application's handlers run on its own threads.
-        let blocked = crate::sys::thread::block_async_signals();
-        let spawned = std::thread::Builder::new()
-            .name("pagepipe-trim".into())
-            .spawn(trimmer);
-        drop(blocked);
+        // shrink(); it is not worth failing pipe creation for.
+        let spawned = crate::sys::thread::spawn_helper(
+            std::thread::Builder::new().name("pagepipe-trim".into()),
+            trimmer,
+        );
         reg.trimmer = spawned.is_ok();
     }
     drop(reg);

@@ -54,10 +54,12 @@ pub(crate) fn wake_after(delay: Duration, waker: &Waker) {
         && t.failed
             .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
     {
-        t.running = std::thread::Builder::new()
-            .name("pagepipe-timer".into())
-            .spawn(run)
-            .is_ok();
+        // With asynchronous signals blocked: the application's handlers run on its own threads.
+        t.running = crate::sys::thread::spawn_helper(
+            std::thread::Builder::new().name("pagepipe-timer".into()),
+            run,
+        )
+        .is_ok();
         t.failed = (!t.running).then(Instant::now);
     }
     if !t.running {

@@ -257,13 +257,16 @@ impl Watcher {
 fn spawn() -> Option<RawFd> {
     let ep = sys::poll::epoll_create().ok()?;
     let raw = ep.into_raw_fd();
-    let started = std::thread::Builder::new()
-        .name("pagepipe-watch".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
+    // With asynchronous signals blocked: the application's handlers run on its own threads.
+    let started = sys::thread::spawn_helper(
+        std::thread::Builder::new()
+            .name("pagepipe-watch".into())
+            .stack_size(64 * 1024),
+        move || {
             // SAFETY: `raw` is the instance created above, owned by this thread from here on.
             run(unsafe { OwnedFd::from_raw_fd(raw) })
-        });
+        },
+    );
     match started {
         Ok(_) => Some(raw),
         Err(_) => {

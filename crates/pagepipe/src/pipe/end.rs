@@ -32,22 +32,23 @@ use crate::wait::{sleep_until, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
-/// How long a transition waits for the readiness lock before it leaves the descriptors to the
-/// next transition: the lock is held for a system call or two, so only a holder descheduled
-/// that long (or a live peer that keeps it on purpose) makes a sync wait this much, and only a
-/// transition with no successor then leaves a poller waiting.
+/// How long a sync waits for the readiness lock (asleep on its futex): honest holders keep it
+/// for a system call or two, so only a holder descheduled this long, stopped, or a peer keeping
+/// it on purpose makes a call wait this much (it used to spin up to a second). Past it, this
+/// side's `sig_pending` bit asks the holder, or the next holder of this side, to sync.
 #[cfg(not(loom))]
-const READINESS_PATIENCE: Duration = Duration::from_secs(1);
+const READINESS_PATIENCE: Duration = Duration::from_millis(5);
+
+/// The most rounds one call syncs while its side's `sig_pending` bit keeps coming back with the
+/// ring moved (see [`End::sync_delegating`]): a peer that keeps moving it and raising the bit
+/// cannot keep a call here.
+#[cfg(not(loom))]
+const MAX_SYNC_ROUNDS: u32 = 64;
 
 /// The most slots a sync gives the signal pipe: a writer that grows a full ring adds some, a
 /// reader that empties it goes back to [`SIGNAL_SLOTS`].
 #[cfg(not(loom))]
 const MAX_SIGNAL_SLOTS: u32 = 64;
-
-#[cfg(not(loom))]
-fn readiness_wait() -> lock::Wait {
-    lock::Wait::Spin(Instant::now() + READINESS_PATIENCE)
-}
 
 /// Ends of this process that an async adapter ever wrapped (see [`End::adapt`]).
 #[cfg(not(loom))]
@@ -410,17 +411,15 @@ impl End {
         // SeqCst: as below. Set first, whether or not the lock comes: from now on every
         // transition of either side keeps the descriptor exact.
         h.polled[which].store(1, Ordering::SeqCst);
-        // A holder that died left nothing to recover: a sync asks the kernel what the signal
-        // pipe holds.
-        if h.sig_lock.lock(&*self.shared, readiness_wait()).is_err() {
-            return; // a live holder kept it too long: retried at the next `poll_fd`
-        }
         // SeqCst: with the SeqCst index RMWs and flag loads in `sync` (a store-load pair on
         // each side): either a publisher or consumer sees the flag and syncs after us, or our
-        // reading of the indices below sees its update.
+        // reading of the indices in the sync below sees its update.
         h.polled[which].store(1, Ordering::SeqCst);
-        self.sync_locked();
-        h.sig_lock.unlock(&*self.shared);
+        if !self.sync_delegating() {
+            // A live holder kept the lock past our patience: this end's descriptor is called
+            // exact only after a sync of its own, retried at the next `poll_fd`.
+            return;
+        }
         // Release: pairs with the Acquire load in `poll_fd`.
         self.polling
             .store(true, std::sync::atomic::Ordering::Release);
@@ -453,12 +452,52 @@ impl End {
     #[cold]
     #[inline(never)]
     fn sync_polled(&self) {
+        self.sync_delegating();
+    }
+
+    /// Brings the signal pipe to the ring's state under `sig_lock`, waiting for the lock at
+    /// most [`READINESS_PATIENCE`] (asleep on its futex, the holder's liveness checked as for
+    /// any side lock): honest holders keep it for a system call or two. When a live holder
+    /// keeps it longer (descheduled, stopped, or a peer keeping it on purpose), raises this
+    /// side's `sig_pending` bit and returns false: a later holder of this side syncs for it (a
+    /// writer can only add packets and a reader only remove them, so only this side can).
+    /// Before it returns, a holder syncs again while it finds its side's bit raised and the
+    /// ring moved since its last sync (each round covers every transition made before it; a
+    /// raised bit with the ring unmoved asks for nothing new). True if this call synced.
+    #[cfg(not(loom))]
+    fn sync_delegating(&self) -> bool {
         let h = self.shared.header();
-        if h.sig_lock.lock(&*self.shared, readiness_wait()).is_err() {
-            return; // a live holder kept it over a second: see `READINESS_PATIENCE`
+        let sh = &*self.shared;
+        let bit = 1u32 << self.side.index();
+        let wait = lock::Wait::Until(Some(Instant::now() + READINESS_PATIENCE));
+        if h.sig_lock.lock(sh, wait).is_err() {
+            // SeqCst: the store half of a store-load pair with the holder's load of
+            // `sig_pending` after its release.
+            h.sig_pending.fetch_or(bit, Ordering::SeqCst);
+            return false;
         }
-        self.sync_locked();
-        h.sig_lock.unlock(&*self.shared);
+        let mut seen = None;
+        for _ in 0..MAX_SYNC_ROUNDS {
+            // SeqCst: cleared before we read the ring: a bit raised after this is for a change
+            // our sync may miss, and is seen by the load below.
+            h.sig_pending.fetch_and(!bit, Ordering::SeqCst);
+            let now = (sh.indices(), sh.limit_now());
+            if seen != Some(now) {
+                self.sync_locked();
+                seen = Some(now);
+            }
+            h.sig_lock.unlock(sh);
+            // SeqCst: the load half of the pair above.
+            if h.sig_pending.load(Ordering::SeqCst) & bit == 0 {
+                return true;
+            }
+            let wait = lock::Wait::Until(Some(Instant::now() + READINESS_PATIENCE));
+            if h.sig_lock.lock(sh, wait).is_err() {
+                return false; // the bit stays raised for that holder or the next
+            }
+        }
+        h.sig_lock.unlock(sh);
+        false
     }
 
     #[cfg(loom)]

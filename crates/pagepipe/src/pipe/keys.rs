@@ -215,17 +215,21 @@ impl Shared {
         Ok(())
     }
 
-    /// In the prepare fork handler (the fork gate held exclusively, the fork counted): makes a
-    /// provisional key real. If that fails (no `/proc`, a full descriptor table) the child
-    /// will not use this pipe: its fork handler closes its memory file (see
-    /// `Region::forget_in_forked_child`), and the parent goes on with its provisional key,
-    /// which no other process can then use.
+    /// In the prepare fork handler (the fork gate held exclusively, the fork counted): readies
+    /// the pipe for two processes, its signal pipe made (the kernel counts each side's holders
+    /// from now on: two descriptors) and a provisional key made real. If either fails (no
+    /// `/proc`, a full descriptor table) the child will not use this pipe: its fork handler
+    /// closes its memory file (see `Region::forget_in_forked_child`) and every call on its
+    /// ends fails with `BrokenPipe`, while the parent goes on alone, its own ends the only
+    /// holders it can see, which they then are. A child that kept such a pipe used to judge
+    /// its peer from its own process alone: the parent's reader saw end of file while the
+    /// child wrote, and the child's writes went unread.
     #[cfg(not(loom))]
     pub(crate) fn key_before_fork(&self) {
         // Nobody else holds `keying` now: its holders hold the gate, which the forking thread
-        // has; so this cannot wait.
+        // has; so this cannot wait. Order: `keying`, then the signal pipe's locks (leaves).
         let _keying = self.keying.lock().unwrap_or_else(|e| e.into_inner());
-        let failed = self.make_key_real().is_err();
+        let failed = self.ensure_signal().is_err() || self.make_key_real().is_err();
         self.region.lose_in_forked_child(failed);
     }
 

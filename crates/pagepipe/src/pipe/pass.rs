@@ -6,7 +6,7 @@
 //! (`pipe::end::expose`), which makes the sender's key real: the receiver will read lock words
 //! naming it.
 
-use crate::error::invalid;
+use crate::error::{invalid, needs_proc};
 use crate::pipe::create;
 use crate::pipe::end::{expose, End};
 use crate::pipe::notify::{NotificationReader, Notifier};
@@ -28,7 +28,8 @@ impl End {
     /// The descriptors an end travels as: a fresh description of the memory file (kept open
     /// by the caller until the end has left), and the signal pipe's.
     fn travel_fds(&self) -> io::Result<(OwnedFd, [RawFd; 2])> {
-        let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
+        let memfd = sys::fd::reopen(self.shared.region.memfd()?)
+            .map_err(|e| needs_proc(e, "sending an end"))?;
         let fds = [memfd.as_raw_fd(), self.signal_now()?.as_raw_fd()];
         Ok((memfd, fds))
     }
@@ -37,7 +38,8 @@ impl End {
     /// a duplicate of the signal pipe's end.
     fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
         expose(&self.shared)?;
-        let memfd = sys::fd::reopen(self.shared.region.memfd()?)?;
+        let memfd = sys::fd::reopen(self.shared.region.memfd()?)
+            .map_err(|e| needs_proc(e, "an end's descriptors"))?;
         let signal = self.signal_now()?.try_clone_to_owned()?;
         Ok([memfd, signal])
     }

@@ -407,6 +407,45 @@ impl Shared {
         Ok(())
     }
 
+    /// The pipe's own locks a forked child could need, held by the forking thread across
+    /// `fork(2)` (see `crate::fork`; called after every `before_fork`, with the registry
+    /// locked): `signal_made`, then `local` (the order `ensure_signal` takes them in). A child
+    /// that inherited one held by a parent thread (a resize syncing the ends, an adapter asking
+    /// which ends this process holds, a liveness question) would wait for it forever in its
+    /// first such call, deadline or not. Both are leaves, held for a few instructions or a
+    /// `pipe2(2)`: the fork waits that long at most.
+    #[cfg(not(loom))]
+    pub(crate) fn hold_for_fork(self: std::sync::Arc<Self>) -> Box<dyn std::any::Any> {
+        type Guard<T> = std::sync::MutexGuard<'static, T>;
+        /// Declared guards first, so they are dropped (unlocked) before `_owner`, which owns
+        /// the mutexes.
+        struct ForkHold {
+            _made: Guard<bool>,
+            _local: [Guard<Option<std::sync::Weak<dyn LocalEnd>>>; 2],
+            _owner: std::sync::Arc<Shared>,
+        }
+        let made = self.signal_made.lock().unwrap_or_else(|e| e.into_inner());
+        let [w, r] = &self.local;
+        let local = [w, r].map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        // SAFETY: the guards borrow mutexes inside `self`'s allocation, which `ForkHold` keeps
+        // alive in `_owner` and drops only after them (fields drop in declaration order);
+        // moving the `Arc` does not move the allocation. The guards never leave the `ForkHold`.
+        let (made, local) = unsafe {
+            (
+                std::mem::transmute::<std::sync::MutexGuard<'_, bool>, Guard<bool>>(made),
+                std::mem::transmute::<
+                    [std::sync::MutexGuard<'_, Option<std::sync::Weak<dyn LocalEnd>>>; 2],
+                    [Guard<Option<std::sync::Weak<dyn LocalEnd>>>; 2],
+                >(local),
+            )
+        };
+        Box::new(ForkHold {
+            _made: made,
+            _local: local,
+            _owner: self,
+        })
+    }
+
     /// An end of this mapping came with its descriptor of the signal pipe (received).
     #[cfg(not(loom))]
     pub(crate) fn note_signal(&self) {
@@ -822,5 +861,67 @@ pub(crate) fn timeout_ns(t: Option<Duration>) -> io::Result<u64> {
             "cannot set a 0 duration timeout",
         )),
         Some(d) => Ok(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+    /// Threads keep taking the pipe's own locks (as resizes syncing the ends, adapters and
+    /// liveness questions do, each for a moment) while another thread forks: the fork holds
+    /// them across `fork(2)` (`Shared::hold_for_fork`), so every child finds them free. Without
+    /// that, a child now and then inherits one held by a thread it does not have, and its first
+    /// call that takes it hangs.
+    #[test]
+    fn a_child_forked_while_threads_take_a_pipes_own_locks_finds_them_free() {
+        let _forks = crate::fork::tests_that_fork();
+        let (w, r) = crate::pipe().unwrap();
+        let sh = w.end.shared.clone();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let takers: Vec<_> = (0..3)
+            .map(|i| {
+                let (sh, stop) = (sh.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        if i < 2 {
+                            let g = sh.local[i].lock().unwrap();
+                            std::hint::black_box(&g);
+                            std::thread::yield_now();
+                        } else {
+                            let g = sh.signal_made.lock().unwrap();
+                            std::hint::black_box(&g);
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut inherited = 0;
+        for _ in 0..200 {
+            // SAFETY: the child only tries three locks and leaves with _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                let free = sh.local.iter().all(|m| m.try_lock().is_ok())
+                    && sh.signal_made.try_lock().is_ok();
+                // SAFETY: leaves the child at once.
+                unsafe { libc::_exit(i32::from(!free)) };
+            }
+            let mut status = 0;
+            // SAFETY: our own child, a valid status pointer.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(libc::WIFEXITED(status), "{status:#x}");
+            inherited += libc::WEXITSTATUS(status);
+        }
+        stop.store(true, Relaxed);
+        for t in takers {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            inherited, 0,
+            "children of 200 forks inherited a pipe lock held"
+        );
+        drop((w, r));
     }
 }

@@ -163,6 +163,10 @@ impl crate::reclaim::Trim for Shared {
         self.key_before_fork();
     }
 
+    fn hold_for_fork(self: std::sync::Arc<Self>) -> Option<Box<dyn std::any::Any>> {
+        Some(Shared::hold_for_fork(self))
+    }
+
     fn note_for_watch(&self) {
         self.note_ends_for_watch();
     }

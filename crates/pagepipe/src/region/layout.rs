@@ -132,9 +132,13 @@ pub(crate) struct Header {
     /// transition keeps the descriptors' state exact. Sticky. SeqCst with the index RMWs (see
     /// `End::sync`).
     pub(crate) polled: [ColdU32; 2],
+    /// Bit `1 << side.index()`: a sync of that side found `sig_lock` held past its patience
+    /// and left its work to the next holder of its side (see `End::sync_delegating`). Only a
+    /// hint: a peer that writes it costs a holder a sync, at most `MAX_SYNC_ROUNDS` per call.
+    pub(crate) sig_pending: ColdU32,
     /// Unused (where an earlier layout kept the signal pipes' state: a sync now asks the
     /// kernel, which a peer cannot lie to).
-    _unused: [ColdU32; 2],
+    _unused: ColdU32,
     /// Bumped (Release) after a process closed its last handle of an end (indexed by [`Side::index`]): the
     /// other side rechecks, with the kernel, whether any holder is left.
     pub(crate) closes: [AtomicU64; 2],
@@ -187,7 +191,8 @@ impl Header {
             timeout_ns: [ColdU64::new(0), ColdU64::new(0)],
             sig_lock: Padded(SideLock::new()),
             polled: [ColdU32::new(0), ColdU32::new(0)],
-            _unused: [ColdU32::new(0), ColdU32::new(0)],
+            sig_pending: ColdU32::new(0),
+            _unused: ColdU32::new(0),
             closes: [AtomicU64::new(0), AtomicU64::new(0)],
             notes: ColdU32::new(0),
             note_loss: ColdU32::new(0),
@@ -253,6 +258,7 @@ const _: () = {
     assert!(offset_of!(Header, ring_size) == 896);
     assert!(offset_of!(Header, sig_lock) == 1024);
     assert!(offset_of!(Header, polled) == 1152);
+    assert!(offset_of!(Header, sig_pending) == 1160);
     assert!(offset_of!(Header, closes) == 1168);
     assert!(offset_of!(Header, notes) == 1184);
     assert!(offset_of!(Header, filters) == 1200);

@@ -1,7 +1,7 @@
 //! [`Region`]: this process's view of a pipe's region, from its creation or its attachment (with
 //! the validation of every immutable word) to the addressing of slots and pages.
 
-use crate::error::invalid;
+use crate::error::{invalid, needs_proc};
 use crate::pool::policy::PoolPolicy;
 #[cfg(not(loom))]
 use crate::region::backing::{Backing, KEYED, KEYING, LOST_IN_CHILD, UNKEYED};
@@ -390,7 +390,7 @@ impl Region {
                     // Release: the replaced description is in place for whoever sees KEYED.
                     keyed.store(if done.is_ok() { KEYED } else { UNKEYED }, O::Release);
                     drop(no_fork);
-                    done?;
+                    done.map_err(|e| needs_proc(e, "a key of this process on the pipe"))?;
                     return self.memfd();
                 }
                 Err(KEYED) => return self.memfd(),
@@ -560,10 +560,30 @@ impl Region {
         // No fork while the spare descriptor is open or the mapping unowned: a child would
         // inherit them, unknown to it.
         let no_fork = crate::fork_gate::hold();
-        let fd = crate::sys::fd::reopen(self.memfd()?)?;
         let total = Layout::of(self.config.slot_size, self.max_ring).total;
-        let far = crate::sys::mm::Mapping::shared(std::os::fd::AsFd::as_fd(&fd), total);
-        drop(fd);
+        // The mapping must never hold the key description (a key lock would then live as long
+        // as any mapping, a forked child's too): while the descriptor still names the mapped
+        // description (no real key yet) it is mapped as it is, which needs no `/proc`; once it
+        // names the key's, the file is opened again (through `/proc`) for the mapping.
+        // KEYING keeps `key_description` from replacing the description under the mapping.
+        use std::sync::atomic::Ordering as O;
+        let keyed = &self.backing.keyed;
+        // Acquire: as in `key_description`.
+        let far = if keyed
+            .compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire)
+            .is_ok()
+        {
+            let far = self
+                .memfd()
+                .and_then(|fd| crate::sys::mm::Mapping::shared(fd, total));
+            // Release: pairs with the Acquire CAS in `key_description`.
+            keyed.store(UNKEYED, O::Release);
+            far
+        } else {
+            let what = "mapping a ring larger than 64 KiB of a pipe that left the process";
+            let fd = crate::sys::fd::reopen(self.memfd()?).map_err(|e| needs_proc(e, what))?;
+            crate::sys::mm::Mapping::shared(std::os::fd::AsFd::as_fd(&fd), total)
+        };
         // A thread that lost the race drops (unmaps) its own, still under the gate.
         let _ = self.backing.far.set(far?);
         drop(no_fork);

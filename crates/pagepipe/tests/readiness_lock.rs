@@ -1,0 +1,126 @@
+//! A live peer that keeps the readiness lock (`sig_lock`) cannot stall our calls (issue 39,
+//! break 2): a sync that finds it held leaves its work to the holder and returns, so
+//! `try_write`, `write_deadline` and `Notifier::post` take microseconds, not the second they
+//! used to wait.
+
+#[path = "support/children.rs"]
+mod children;
+#[path = "support/peer.rs"]
+#[allow(dead_code)] // uses `Mapped` only
+mod peer;
+
+use children::{fork, kill_and_reap, serial};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// The readiness lock's word in the header (`region/layout.rs` pins it at 1024).
+const SIG_LOCK: usize = 1024;
+
+/// A child holding a writer of the pipe (so a key of its own), alive until killed; it writes
+/// one byte (taking its key) before it reports ready.
+fn live_peer(w: &pagepipe::Writer) -> libc::pid_t {
+    let (mut ready_r, ready_w) = std::os::unix::net::UnixStream::pair().unwrap();
+    let w2 = w.clone();
+    let pid = fork(move || {
+        let mut w2 = w2;
+        let mut ready_w = ready_w;
+        w2.write_all(b"k").unwrap();
+        ready_w.write_all(b"r").unwrap();
+        loop {
+            // SAFETY: pause(2) has no preconditions; the parent kills us.
+            unsafe { libc::pause() };
+        }
+    });
+    let mut b = [0u8; 1];
+    ready_r.read_exact(&mut b).unwrap();
+    pid
+}
+
+#[test]
+fn a_live_holder_of_the_readiness_lock_stalls_no_call() {
+    let _serial = serial();
+    let (w, mut r) = pagepipe::pipe().unwrap();
+    let _poller = r.as_fd(); // someone polls: every transition syncs under the readiness lock
+    let _wpoller = w.as_fd();
+    let pid = live_peer(&w);
+    let mut b = [0u8; 1];
+    r.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"k");
+    let region = peer::Mapped::of(&w);
+    // The child's key is its pid (the first key a process tries), its main thread's id too:
+    // a live process, holding a key on this pipe, named as the lock's holder.
+    let child = pid as u64;
+    region.poke(SIG_LOCK, child << 32 | child);
+    let t = Instant::now();
+    for _ in 0..5 {
+        assert_eq!(w.try_write(b"x").unwrap(), 1);
+        r.read_exact(&mut b).unwrap();
+    }
+    let writes = t.elapsed();
+    let t = Instant::now();
+    let n = w
+        .write_deadline(b"y", Instant::now() + Duration::from_millis(10))
+        .unwrap();
+    assert_eq!(n, 1);
+    let deadline_write = t.elapsed();
+    r.read_exact(&mut b).unwrap();
+    region.poke(SIG_LOCK, 0);
+    assert_eq!(
+        kill_and_reap(pid, Duration::from_secs(10)),
+        128 + libc::SIGKILL
+    );
+    assert!(
+        writes < Duration::from_millis(200),
+        "5 try_write + read pairs took {writes:?} beside a live holder of the readiness lock"
+    );
+    assert!(
+        deadline_write < Duration::from_millis(200),
+        "write_deadline(10 ms) took {deadline_write:?}"
+    );
+}
+
+#[test]
+fn a_post_is_not_held_up_by_a_live_holder_of_the_readiness_lock() {
+    let _serial = serial();
+    let (notifier, mut reader) = pagepipe::Builder::new().notifications(8).build().unwrap();
+    let _poller = reader.as_fd();
+    // A writer-side peer: a child holding a clone of the notifier.
+    let (mut ready_r, ready_w) = std::os::unix::net::UnixStream::pair().unwrap();
+    let n2 = notifier.clone();
+    let pid = fork(move || {
+        let n = n2;
+        let mut ready_w = ready_w;
+        // A post takes the child's key on the pipe: it is a live holder from now on.
+        n.post(&pagepipe::Notification {
+            kind: 2,
+            ..Default::default()
+        })
+        .unwrap();
+        ready_w.write_all(b"r").unwrap();
+        loop {
+            // SAFETY: pause(2) has no preconditions; the parent kills us.
+            unsafe { libc::pause() };
+        }
+    });
+    let mut b = [0u8; 1];
+    ready_r.read_exact(&mut b).unwrap();
+    assert_eq!(reader.read_notification().unwrap().kind, 2);
+    let region = peer::Mapped::sent(|sock| notifier.send_to(sock).unwrap());
+    let child = pid as u64;
+    region.poke(SIG_LOCK, child << 32 | child);
+    let t = Instant::now();
+    let posted = notifier.post(&pagepipe::Notification {
+        kind: 1,
+        ..Default::default()
+    });
+    let took = t.elapsed();
+    region.poke(SIG_LOCK, 0);
+    kill_and_reap(pid, Duration::from_secs(10));
+    assert!(posted.unwrap());
+    assert!(
+        took < Duration::from_millis(200),
+        "a post took {took:?} beside a live holder of the readiness lock"
+    );
+    assert_eq!(reader.read_notification().unwrap().kind, 1);
+}
