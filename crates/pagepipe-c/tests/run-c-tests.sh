@@ -8,7 +8,7 @@ cargo build --release -p pagepipe-c
 out="$target/c-tests"
 mkdir -p "$out"
 cc="${CC:-cc}"
-flags=(-std=c11 -O2 -Wall -Wextra -Werror -Icrates/pagepipe-c/include)
+flags=(-std=c11 -O2 -Wall -Wextra -Werror -pthread -Icrates/pagepipe-c/include)
 "$cc" "${flags[@]}" crates/pagepipe-c/tests/c/test_pagepipe.c "$target/release/libpagepipe_c.a" \
   -lpthread -ldl -lm -o "$out/test_pagepipe_static"
 "$cc" "${flags[@]}" crates/pagepipe-c/tests/c/test_pagepipe.c -L"$target/release" -lpagepipe_c \
