@@ -13,8 +13,11 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("pagepipe.h");
     let config =
         cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    // From the sources alone (`with_src` follows the `mod` items), not `with_crate`: that one
+    // runs `cargo metadata`, which fails where the crate sits inside another workspace's
+    // directory (a packaged crate verified under target/, a vendored copy).
     cbindgen::Builder::new()
-        .with_crate(&crate_dir)
+        .with_src(crate_dir.join("src/lib.rs"))
         .with_config(config)
         .generate()
         .expect("cbindgen generates the header")
