@@ -1,5 +1,5 @@
-//! What a reader needs to reproduce a result: the commit, the kernel, the CPU, the command line
-//! and the time. Carried by every JSON record and printed above every table.
+//! What a reader needs to reproduce a result: the commit, the kernel, the CPU, the command line,
+//! the time and how loaded the machine was. Carried by every JSON record and printed above every table.
 
 use serde_json::{json, Value};
 
@@ -19,6 +19,9 @@ pub struct Meta {
     pub cmdline: String,
     /// Start of the invocation, UTC, ISO-8601.
     pub time: String,
+    /// The load averages over 1, 5 and 15 minutes at the start (`/proc/loadavg`): what else the
+    /// machine was running (a benchmark's own processes are not running yet).
+    pub loadavg: Option<[f64; 3]>,
 }
 
 impl Meta {
@@ -33,10 +36,12 @@ impl Meta {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cmdline: command_line(),
             time: utc_iso8601(std::time::SystemTime::now()),
+            loadavg: load_averages(),
         }
     }
 
-    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time"}`.
+    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time", "loadavg"}`
+    /// (`loadavg`: `[1 min, 5 min, 15 min]`, or null where `/proc/loadavg` cannot be read).
     pub fn to_json(&self) -> Value {
         json!({
             "commit": self.commit,
@@ -45,14 +50,18 @@ impl Meta {
             "cores": self.cores,
             "cmdline": self.cmdline,
             "time": self.time,
+            "loadavg": self.loadavg,
         })
     }
 
     /// One line for a table header or a chart.
     pub fn line(&self) -> String {
+        let load = self
+            .loadavg
+            .map_or("load unknown".into(), |l| format!("load {:.2}", l[0]));
         format!(
-            "commit {} · Linux {} · {} ({} cores) · {} · {}",
-            self.commit, self.kernel, self.cpu, self.cores, self.time, self.cmdline
+            "commit {} · Linux {} · {} ({} cores) · {} · {} · {}",
+            self.commit, self.kernel, self.cpu, self.cores, load, self.time, self.cmdline
         )
     }
 }
@@ -79,6 +88,13 @@ fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// The three load averages of `/proc/loadavg` (proc(5)), if readable.
+fn load_averages() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 fn command_line() -> String {
@@ -137,7 +153,9 @@ mod tests {
     #[test]
     fn meta_has_every_field() {
         let m = Meta::collect().to_json();
-        for key in ["commit", "kernel", "cpu", "cores", "cmdline", "time"] {
+        for key in [
+            "commit", "kernel", "cpu", "cores", "cmdline", "time", "loadavg",
+        ] {
             assert!(m.get(key).is_some(), "{key}");
         }
     }
