@@ -13,12 +13,20 @@
 /*
  The read end of a pagepipe (opaque). Made by `pp_pipe`, `pp_reader_dup`,
  `pp_reader_recv` and `pp_reader_from_env`; closed by `pp_reader_close`.
+
+ A handle is a number, never dereferenced: every function taking one answers `EINVAL` for a
+ closed handle (also once a later open reuses its slot) or a made-up one, and `EBADF` for a
+ `pp_writer *` cast to `pp_reader *`, without touching any end.
  */
 typedef struct pp_reader pp_reader;
 
 /*
  The write end of a pagepipe (opaque). Made by `pp_pipe`, `pp_writer_dup`,
  `pp_writer_recv` and `pp_writer_from_env`; closed by `pp_writer_close`.
+
+ A handle is a number, never dereferenced: every function taking one answers `EINVAL` for a
+ closed handle (also once a later open reuses its slot) or a made-up one, and `EBADF` for a
+ `pp_reader *` cast to `pp_writer *`, without touching any end.
  */
 typedef struct pp_writer pp_writer;
 
@@ -52,9 +60,9 @@ int pp_pipe_sized(size_t capacity, pp_writer **w, pp_reader **r);
  `len`) without waiting for more; a blocking reader waits only while the pipe is empty.
 
  Returns the count, 0 at end of file (the pipe is empty and no writer is left in any
- process), or -1 with `errno`: `EAGAIN` (non-blocking, empty pipe, writers left), `EINVAL`
- for a null or closed handle, a null `buf` with a non-zero `len`, or `len` above
- `SSIZE_MAX`.
+ process), or -1 with `errno`: `EAGAIN` (non-blocking, empty pipe, writers left), `EBADF`
+ for a write end's handle, `EINVAL` for a null or closed handle, a null `buf` with a
+ non-zero `len`, or `len` above `SSIZE_MAX`.
 
  # Safety
  `buf` must point to `len` writable bytes.
@@ -128,8 +136,9 @@ int pp_reader_from_env(const char *var, pp_reader **out);
  most 4096 bytes (`PIPE_BUF`) are atomic, even among writers in many processes.
 
  Returns the count, or -1 with `errno`: `EAGAIN` (non-blocking, no room), `EPIPE` when no
- reader is left in any process (no `SIGPIPE` is raised), `EINVAL` for a null or closed
- handle, a null `buf` with a non-zero `len`, or `len` above `SSIZE_MAX`.
+ reader is left in any process (no `SIGPIPE` is raised), `EBADF` for a read end's handle,
+ `EINVAL` for a null or closed handle, a null `buf` with a non-zero `len`, or `len` above
+ `SSIZE_MAX`.
 
  # Safety
  `buf` must point to `len` readable bytes.

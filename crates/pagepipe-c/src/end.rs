@@ -1,13 +1,15 @@
-//! What the functions of both ends share: a handle's value ([`Held`]), turning C pointers into
-//! slots, and the bodies of the functions that `writer` and `reader` export for each end.
+//! What the functions of both ends share: a handle's value ([`Held`]), the two handle tables
+//! ([`WRITERS`], [`READERS`]) and their fork handler, and the bodies of the functions that
+//! `writer` and `reader` export for each end.
 
 use crate::errno::einval;
 use crate::fds::{self, PipeEnd};
-use crate::handle::{Pool, Slot};
+use crate::handle::{self, Kind, Pool};
+use pagepipe::{Reader, Writer};
 use std::ffi::{c_char, c_int, CStr};
 use std::io;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
@@ -18,37 +20,73 @@ pub(crate) struct Held<E> {
     exported: Mutex<Vec<OwnedFd>>,
 }
 
-/// The slot behind a C handle pointer `p` (an opaque `pp_writer *` or `pp_reader *`).
-fn slot<E: PipeEnd, P>(p: *const P) -> io::Result<&'static Slot<Held<E>>> {
-    // SAFETY: every non-null handle pointer the C API hands out is a `&'static Slot<Held<E>>`
-    // of its type (slots are never freed); a C caller that passes anything else breaks the
-    // header's contract, as with a bad `FILE *`.
-    unsafe { p.cast::<Slot<Held<E>>>().as_ref() }.ok_or_else(|| einval("null pagepipe handle"))
+/// The handles of every write end.
+pub(crate) static WRITERS: Pool<Held<Writer>> = Pool::new(Kind::Writer);
+/// The handles of every read end.
+pub(crate) static READERS: Pool<Held<Reader>> = Pool::new(Kind::Reader);
+
+/// An end kind with its handle table.
+pub(crate) trait Table: PipeEnd {
+    /// [`WRITERS`] or [`READERS`].
+    fn table() -> &'static Pool<Held<Self>>;
 }
 
-/// Runs `f` on the end behind `p`: `EINVAL` for a null or closed handle.
-pub(crate) fn with<E: PipeEnd, P, R>(
+impl Table for Writer {
+    fn table() -> &'static Pool<Held<Writer>> {
+        &WRITERS
+    }
+}
+
+impl Table for Reader {
+    fn table() -> &'static Pool<Held<Reader>> {
+        &READERS
+    }
+}
+
+/// The `pthread_atfork` child handler: both tables forget the calls in flight (threads the
+/// child does not have).
+unsafe extern "C" fn after_fork_child() {
+    WRITERS.after_fork_child();
+    READERS.after_fork_child();
+}
+
+/// The handle number behind a C handle pointer: never dereferenced, only decoded by the table.
+fn number<P>(p: *const P) -> usize {
+    p as usize
+}
+
+/// Runs `f` on the end behind `p`: `EINVAL` for a null, closed or made-up handle, `EBADF` for
+/// a handle of the other kind.
+pub(crate) fn with<E: Table, P, R>(
     p: *const P,
     f: impl FnOnce(&E) -> io::Result<R>,
 ) -> io::Result<R> {
-    slot::<E, P>(p)?.with(|held| f(&held.end))
+    E::table().with(number(p), |held| f(&held.end))
 }
 
 /// Puts `end` in a new handle and stores it in `*out` (`EINVAL` if `out` is null).
-pub(crate) fn open<E: PipeEnd, P>(
-    pool: &'static Pool<Held<E>>,
-    end: E,
-    out: *mut *mut P,
-) -> io::Result<()> {
+pub(crate) fn open<E: Table, P>(end: E, out: *mut *mut P) -> io::Result<()> {
     check_out(out)?;
-    let held = Held {
+    let h = new_handle(end)?;
+    store(out, h);
+    Ok(())
+}
+
+/// A new handle number holding `end` (`EMFILE` when the table is full).
+pub(crate) fn new_handle<E: Table>(end: E) -> io::Result<usize> {
+    handle::install_fork_handler(after_fork_child);
+    E::table().open(Held {
         end,
         exported: Mutex::new(Vec::new()),
-    };
-    let slot: *const Slot<Held<E>> = pool.open(held);
-    // SAFETY: `out` is non-null (checked) and the caller's to write, per the header.
-    unsafe { out.write(slot.cast_mut().cast()) };
-    Ok(())
+    })
+}
+
+/// Stores handle number `h` in `*out`, as the C pointer type; `out` was checked non-null.
+pub(crate) fn store<P>(out: *mut *mut P, h: usize) {
+    debug_assert!(!out.is_null());
+    // SAFETY: `out` is non-null (checked by the caller) and the caller's to write, per the
+    // header. The pointer is a handle number, never dereferenced (see `handle`).
+    unsafe { out.write(h as *mut P) };
 }
 
 /// `EINVAL` for a null output pointer.
@@ -59,26 +97,27 @@ pub(crate) fn check_out<P>(out: *mut *mut P) -> io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn close<E: PipeEnd, P>(p: *const P) -> io::Result<()> {
-    slot::<E, P>(p)?.close()
+pub(crate) fn close<E: Table, P>(p: *const P) -> io::Result<()> {
+    E::table().close(number(p))
 }
 
-pub(crate) fn fd<E: PipeEnd, P>(p: *const P) -> io::Result<c_int> {
+/// Closes handle number `h` (a handle just made, when its pair could not be).
+pub(crate) fn close_number<E: Table>(h: usize) -> io::Result<()> {
+    E::table().close(h)
+}
+
+pub(crate) fn fd<E: Table, P>(p: *const P) -> io::Result<c_int> {
     with::<E, P, _>(p, |e| Ok(e.as_raw_fd()))
 }
 
-pub(crate) fn set_nonblocking<E: PipeEnd, P>(p: *const P, on: c_int) -> io::Result<()> {
+pub(crate) fn set_nonblocking<E: Table, P>(p: *const P, on: c_int) -> io::Result<()> {
     with::<E, P, _>(p, |e| e.set_nonblocking(on != 0))
 }
 
-pub(crate) fn dup<E: PipeEnd, P>(
-    pool: &'static Pool<Held<E>>,
-    p: *const P,
-    out: *mut *mut P,
-) -> io::Result<()> {
+pub(crate) fn dup<E: Table, P>(p: *const P, out: *mut *mut P) -> io::Result<()> {
     check_out(out)?;
     let end = with::<E, P, _>(p, |e| Ok(e.clone()))?;
-    open(pool, end, out)
+    open(end, out)
 }
 
 /// The Unix socket `sock` names, borrowed (`EBADF` for a negative number).
@@ -91,19 +130,15 @@ fn socket(sock: c_int) -> io::Result<ManuallyDrop<UnixStream>> {
     Ok(ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(sock) }))
 }
 
-pub(crate) fn send<E: PipeEnd, P>(p: *const P, sock: c_int) -> io::Result<()> {
+pub(crate) fn send<E: Table, P>(p: *const P, sock: c_int) -> io::Result<()> {
     let sock = socket(sock)?;
     with::<E, P, _>(p, |e| e.send_to(&sock))
 }
 
-pub(crate) fn recv<E: PipeEnd, P>(
-    pool: &'static Pool<Held<E>>,
-    sock: c_int,
-    out: *mut *mut P,
-) -> io::Result<()> {
+pub(crate) fn recv<E: Table, P>(sock: c_int, out: *mut *mut P) -> io::Result<()> {
     check_out(out)?;
     let sock = socket(sock)?;
-    open(pool, E::recv_from(&sock)?, out)
+    open(E::recv_from(&sock)?, out)
 }
 
 /// The environment variable name `var` points to: `EINVAL` for null, non-UTF-8, empty or
@@ -124,12 +159,12 @@ fn var_name<'a>(var: *const c_char) -> io::Result<&'a str> {
 
 /// Sets `var` in this process's environment to name new, inheritable descriptors of the end,
 /// for a program this process (or a child it forks) execs to take with `pp_*_from_env`.
-pub(crate) fn to_env<E: PipeEnd, P>(p: *const P, var: *const c_char) -> io::Result<()> {
+pub(crate) fn to_env<E: Table, P>(p: *const P, var: *const c_char) -> io::Result<()> {
     let name = var_name(var)?;
-    slot::<E, P>(p)?.with(|held| {
+    E::table().with(number(p), |held| {
         let fds = fds::export(&held.end)?;
         for fd in &fds {
-            pagepipe_sys::fd::clear_cloexec(fd.as_raw_fd())?;
+            clear_cloexec(fd.as_fd())?;
         }
         let [m, signal] = fds.each_ref().map(AsRawFd::as_raw_fd);
         // The format `from_env` reads.
@@ -142,12 +177,23 @@ pub(crate) fn to_env<E: PipeEnd, P>(p: *const P, var: *const c_char) -> io::Resu
     })
 }
 
-pub(crate) fn from_env<E: PipeEnd, P>(
-    pool: &'static Pool<Held<E>>,
-    var: *const c_char,
-    out: *mut *mut P,
-) -> io::Result<()> {
+pub(crate) fn from_env<E: Table, P>(var: *const c_char, out: *mut *mut P) -> io::Result<()> {
     check_out(out)?;
     let name = var_name(var)?;
-    open(pool, E::from_env(name)?, out)
+    open(E::from_env(name)?, out)
+}
+
+/// Lets `fd` survive `execve(2)` (clears `FD_CLOEXEC`; fcntl(2) `F_GETFD`, `F_SETFD`).
+fn clear_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl(2) with F_GETFD on a descriptor we borrow; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fcntl(2) with F_SETFD on the same descriptor; no memory is passed.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -3,12 +3,15 @@
 //! count, 0 at end of file, or -1 with `errno` set.
 //!
 //! Every exported function:
-//! - answers `EINVAL` for a null pointer, a closed handle or a bad size, never crashing;
+//! - answers `EINVAL` for a null pointer, a closed or made-up handle or a bad size, and
+//!   `EBADF` for a handle of the other end's kind (a cast), never crashing and never acting on
+//!   another end;
 //! - catches any Rust panic before it reaches C (`EIO`);
 //! - never raises `SIGPIPE`: a write to a pipe without readers is -1 with `EPIPE`.
 //!
-//! Files: `errno` (io::Error to errno, the panic guard), `handle` (the handle slots that make a
-//! closed handle an error instead of a dangling pointer), `fds` (an end's descriptors out of
+//! Files: `errno` (io::Error to errno, the panic guard), `handle` (the handle tables: a handle
+//! is a generation-tagged number, so a closed one is an error, never a dangling pointer, and a
+//! fork at any instant leaves the child nothing to wait for), `fds` (an end's descriptors out of
 //! and back into an end, for exec and for pagepipe-py), then the functions: `pipe`, `writer`,
 //! `reader`, and `end` (what both ends share).
 //!

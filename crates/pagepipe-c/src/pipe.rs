@@ -1,9 +1,9 @@
 //! Making pipes: `pp_pipe` and `pp_pipe_sized`.
 
-use crate::end::{check_out, open};
+use crate::end::{check_out, close_number, new_handle, store};
 use crate::errno::guard0;
-use crate::reader::{pp_reader, READERS};
-use crate::writer::{pp_writer, WRITERS};
+use crate::reader::pp_reader;
+use crate::writer::pp_writer;
 use std::ffi::c_int;
 
 /// Creates a pipe with Linux's defaults (64 KiB capacity), like `pipe(2)`: stores its write
@@ -34,7 +34,12 @@ pub extern "C" fn pp_pipe_sized(
         check_out(w)?;
         check_out(r)?;
         let (writer, reader) = pagepipe::Builder::new().capacity(capacity).build()?;
-        open(&WRITERS, writer, w)?;
-        open(&READERS, reader, r)
+        let wh = new_handle(writer)?;
+        let rh = new_handle(reader).inspect_err(|_| {
+            let _ = close_number::<pagepipe::Writer>(wh);
+        })?;
+        store(w, wh);
+        store(r, rh);
+        Ok(())
     })
 }

@@ -1,8 +1,7 @@
 //! The read end's functions: `pp_read` and the `pp_reader_*` family.
 
-use crate::end::{self, Held};
+use crate::end;
 use crate::errno::{einval, guard, guard0};
-use crate::handle::Pool;
 use libc::ssize_t;
 use pagepipe::Reader;
 use std::ffi::{c_char, c_int};
@@ -10,20 +9,21 @@ use std::io::Read;
 
 /// The read end of a pagepipe (opaque). Made by `pp_pipe`, `pp_reader_dup`,
 /// `pp_reader_recv` and `pp_reader_from_env`; closed by `pp_reader_close`.
+///
+/// A handle is a number, never dereferenced: every function taking one answers `EINVAL` for a
+/// closed handle (also once a later open reuses its slot) or a made-up one, and `EBADF` for a
+/// `pp_writer *` cast to `pp_reader *`, without touching any end.
 pub struct pp_reader {
     _opaque: [u8; 0],
 }
-
-/// The slots of every read handle.
-pub(crate) static READERS: Pool<Held<Reader>> = Pool::new();
 
 /// Reads up to `len` bytes into `buf`, like `read(2)` on a pipe: returns what is queued (up to
 /// `len`) without waiting for more; a blocking reader waits only while the pipe is empty.
 ///
 /// Returns the count, 0 at end of file (the pipe is empty and no writer is left in any
-/// process), or -1 with `errno`: `EAGAIN` (non-blocking, empty pipe, writers left), `EINVAL`
-/// for a null or closed handle, a null `buf` with a non-zero `len`, or `len` above
-/// `SSIZE_MAX`.
+/// process), or -1 with `errno`: `EAGAIN` (non-blocking, empty pipe, writers left), `EBADF`
+/// for a write end's handle, `EINVAL` for a null or closed handle, a null `buf` with a
+/// non-zero `len`, or `len` above `SSIZE_MAX`.
 ///
 /// # Safety
 /// `buf` must point to `len` writable bytes.
@@ -75,7 +75,7 @@ pub extern "C" fn pp_reader_set_nonblocking(r: *mut pp_reader, nonblocking: c_in
 /// `EINVAL` for a null pointer or a closed handle.
 #[no_mangle]
 pub extern "C" fn pp_reader_dup(r: *const pp_reader, out: *mut *mut pp_reader) -> c_int {
-    guard0(|| end::dup(&READERS, r, out))
+    guard0(|| end::dup::<Reader, _>(r, out))
 }
 
 /// Sends the read end over the connected Unix socket `sock` (`SCM_RIGHTS`); the receiving
@@ -91,7 +91,7 @@ pub extern "C" fn pp_reader_send(r: *const pp_reader, sock: c_int) -> c_int {
 /// not a pagepipe read end, `ECONNRESET` if the socket closed first, the socket's error.
 #[no_mangle]
 pub extern "C" fn pp_reader_recv(sock: c_int, out: *mut *mut pp_reader) -> c_int {
-    guard0(|| end::recv(&READERS, sock, out))
+    guard0(|| end::recv::<Reader, _>(sock, out))
 }
 
 /// Sets the environment variable `var` of this process to name new, inheritable descriptors
@@ -113,5 +113,5 @@ pub extern "C" fn pp_reader_to_env(r: *const pp_reader, var: *const c_char) -> c
 /// this process took it already, `EINVAL` for a null pointer.
 #[no_mangle]
 pub extern "C" fn pp_reader_from_env(var: *const c_char, out: *mut *mut pp_reader) -> c_int {
-    guard0(|| end::from_env(&READERS, var, out))
+    guard0(|| end::from_env::<Reader, _>(var, out))
 }

@@ -1,8 +1,7 @@
 //! The write end's functions: `pp_write`, `pp_writev` and the `pp_writer_*` family.
 
-use crate::end::{self, Held};
+use crate::end;
 use crate::errno::{einval, guard, guard0};
-use crate::handle::Pool;
 use libc::{iovec, ssize_t};
 use pagepipe::Writer;
 use std::ffi::{c_char, c_int};
@@ -10,12 +9,13 @@ use std::io::{IoSlice, Write};
 
 /// The write end of a pagepipe (opaque). Made by `pp_pipe`, `pp_writer_dup`,
 /// `pp_writer_recv` and `pp_writer_from_env`; closed by `pp_writer_close`.
+///
+/// A handle is a number, never dereferenced: every function taking one answers `EINVAL` for a
+/// closed handle (also once a later open reuses its slot) or a made-up one, and `EBADF` for a
+/// `pp_reader *` cast to `pp_writer *`, without touching any end.
 pub struct pp_writer {
     _opaque: [u8; 0],
 }
-
-/// The slots of every write handle.
-pub(crate) static WRITERS: Pool<Held<Writer>> = Pool::new();
 
 /// The most buffers one `pp_writev` takes (`IOV_MAX` on Linux).
 const IOV_MAX: c_int = 1024;
@@ -25,8 +25,9 @@ const IOV_MAX: c_int = 1024;
 /// most 4096 bytes (`PIPE_BUF`) are atomic, even among writers in many processes.
 ///
 /// Returns the count, or -1 with `errno`: `EAGAIN` (non-blocking, no room), `EPIPE` when no
-/// reader is left in any process (no `SIGPIPE` is raised), `EINVAL` for a null or closed
-/// handle, a null `buf` with a non-zero `len`, or `len` above `SSIZE_MAX`.
+/// reader is left in any process (no `SIGPIPE` is raised), `EBADF` for a read end's handle,
+/// `EINVAL` for a null or closed handle, a null `buf` with a non-zero `len`, or `len` above
+/// `SSIZE_MAX`.
 ///
 /// # Safety
 /// `buf` must point to `len` readable bytes.
@@ -127,7 +128,7 @@ pub extern "C" fn pp_writer_set_nonblocking(w: *mut pp_writer, nonblocking: c_in
 /// `EINVAL` for a null pointer or a closed handle.
 #[no_mangle]
 pub extern "C" fn pp_writer_dup(w: *const pp_writer, out: *mut *mut pp_writer) -> c_int {
-    guard0(|| end::dup(&WRITERS, w, out))
+    guard0(|| end::dup::<Writer, _>(w, out))
 }
 
 /// Sends the write end over the connected Unix socket `sock` (`SCM_RIGHTS`); the receiving
@@ -143,7 +144,7 @@ pub extern "C" fn pp_writer_send(w: *const pp_writer, sock: c_int) -> c_int {
 /// not a pagepipe write end, `ECONNRESET` if the socket closed first, the socket's error.
 #[no_mangle]
 pub extern "C" fn pp_writer_recv(sock: c_int, out: *mut *mut pp_writer) -> c_int {
-    guard0(|| end::recv(&WRITERS, sock, out))
+    guard0(|| end::recv::<Writer, _>(sock, out))
 }
 
 /// Sets the environment variable `var` of this process to name new, inheritable descriptors
@@ -165,5 +166,5 @@ pub extern "C" fn pp_writer_to_env(w: *const pp_writer, var: *const c_char) -> c
 /// this process took it already, `EINVAL` for a null pointer.
 #[no_mangle]
 pub extern "C" fn pp_writer_from_env(var: *const c_char, out: *mut *mut pp_writer) -> c_int {
-    guard0(|| end::from_env(&WRITERS, var, out))
+    guard0(|| end::from_env::<Writer, _>(var, out))
 }

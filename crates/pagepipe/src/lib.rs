@@ -25,6 +25,8 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+// docs.rs (`--cfg docsrs`, nightly) marks feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Under loom only the ring, lock and wait protocols are built for the models: the syscall and
 // cross-process halves are unused there.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
@@ -51,6 +53,7 @@ mod sync;
 #[cfg(all(feature = "tokio", not(loom)))]
 mod timer;
 #[cfg(all(feature = "tokio", not(loom)))]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 mod wait;
 #[cfg(not(loom))]

@@ -1,5 +1,5 @@
-//! What a reader needs to reproduce a result: the commit, the kernel, the CPU, the command line
-//! and the time. Carried by every JSON record and printed above every table.
+//! What a reader needs to reproduce a result: the commit, the kernel, the CPU, the command line,
+//! the time and how loaded the machine was. Carried by every JSON record and printed above every table.
 
 use serde_json::{json, Value};
 
@@ -21,6 +21,9 @@ pub struct Meta {
     pub time: String,
     /// Busy loops running beside the measurement (`--load`).
     pub load: usize,
+    /// The load averages over 1, 5 and 15 minutes at the start (`/proc/loadavg`): what else the
+    /// machine was running (a benchmark's own processes are not running yet).
+    pub loadavg: Option<[f64; 3]>,
 }
 
 impl Meta {
@@ -36,10 +39,13 @@ impl Meta {
             cmdline: command_line(),
             time: utc_iso8601(std::time::SystemTime::now()),
             load: crate::load::active(),
+            loadavg: load_averages(),
         }
     }
 
-    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time", "load"}`.
+    /// The JSON object `{"commit", "kernel", "cpu", "cores", "cmdline", "time", "load",
+    /// "loadavg"}` (`load`: the busy loops of `--load`; `loadavg`: `[1 min, 5 min, 15 min]`, or
+    /// null where `/proc/loadavg` cannot be read).
     pub fn to_json(&self) -> Value {
         json!({
             "commit": self.commit,
@@ -49,18 +55,23 @@ impl Meta {
             "cmdline": self.cmdline,
             "time": self.time,
             "load": self.load,
+            "loadavg": self.loadavg,
         })
     }
 
     /// One line for a table header or a chart.
     pub fn line(&self) -> String {
+        let loadavg = self.loadavg.map_or("load average unknown".into(), |l| {
+            format!("load average {:.2}", l[0])
+        });
         format!(
-            "commit {} · Linux {} · {} ({} cores) · {} · {} · {}",
+            "commit {} · Linux {} · {} ({} cores) · {} · {} · {} · {}",
             self.commit,
             self.kernel,
             self.cpu,
             self.cores,
             crate::load::label(self.load),
+            loadavg,
             self.time,
             self.cmdline
         )
@@ -89,6 +100,13 @@ fn cpu_model() -> String {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// The three load averages of `/proc/loadavg` (proc(5)), if readable.
+fn load_averages() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 fn command_line() -> String {
@@ -147,7 +165,9 @@ mod tests {
     #[test]
     fn meta_has_every_field() {
         let m = Meta::collect().to_json();
-        for key in ["commit", "kernel", "cpu", "cores", "cmdline", "time"] {
+        for key in [
+            "commit", "kernel", "cpu", "cores", "cmdline", "time", "load", "loadavg",
+        ] {
             assert!(m.get(key).is_some(), "{key}");
         }
     }

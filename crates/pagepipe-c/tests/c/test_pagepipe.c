@@ -1,11 +1,16 @@
 /* Tests of the C API in C: fork, end of file, EPIPE without SIGPIPE, poll, non-blocking,
- * send/recv over a Unix socket, exec, writev atomicity, dup and the EINVAL contract.
+ * send/recv over a Unix socket, exec, writev atomicity, dup, the EINVAL contract, handles of
+ * the wrong kind or made up, and forks while other threads call on closed handles.
  * Built and run by crates/pagepipe-c/tests/run-c-tests.sh (called by .ci/run). */
 #define _GNU_SOURCE
 #include "pagepipe.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,9 +193,10 @@ static void test_a_dead_readers_process_is_epipe(void) {
     CHECK(pp_reader_close(r) == 0);
     CHECK(pp_write(w, "ping", 4) == 4);
     CHECK(reap(pid) == 0);
-    /* The child exited without closing its reader: pagepipe learns that from the kernel
-     * when a write finds no room (an exit bumps no close counter), so a write may still
-     * queue bytes; by the time the ring is full the write fails with EPIPE. */
+    /* The child exited without closing its reader: this process's death watcher learns it
+     * from the kernel (an exit bumps no close counter) and writes fail with EPIPE from then on;
+     * a write in the instant before may still queue bytes, and without the watcher a write
+     * asks the kernel when the ring is full: by then the write fails with EPIPE. */
     static char block[65536];
     ssize_t n = 0;
     for (int i = 0; i < 4 && n >= 0; i++) n = pp_write(w, block, sizeof block);
@@ -382,6 +388,103 @@ static void test_dup(void) {
     CHECK(pp_reader_close(r) == 0);
 }
 
+/* A handle of the other kind (a cast) or a made-up one is an error, never a call on some end. */
+static void test_wrong_kind_and_made_up_handles(void) {
+    pp_writer *w;
+    pp_reader *r;
+    char buf[8];
+    CHECK(pp_pipe(&w, &r) == 0);
+    errno = 0;
+    CHECK(pp_write((pp_writer *)r, "x", 1) == -1 && errno == EBADF);
+    errno = 0;
+    CHECK(pp_read((pp_reader *)w, buf, sizeof buf) == -1 && errno == EBADF);
+    errno = 0;
+    CHECK(pp_writer_close((pp_writer *)r) == -1 && errno == EBADF);
+    errno = 0;
+    CHECK(pp_reader_fd((pp_reader *)w) == -1 && errno == EBADF);
+    pp_writer *d;
+    errno = 0;
+    CHECK(pp_writer_dup((pp_writer *)r, &d) == -1 && errno == EBADF);
+    /* Nothing happened to either end: the reader is open, empty, and the writer writes. */
+    CHECK(pp_reader_set_nonblocking(r, 1) == 0);
+    errno = 0;
+    CHECK(pp_read(r, buf, sizeof buf) == -1 && errno == EAGAIN);
+    CHECK(pp_write(w, "ok", 2) == 2 && pp_read(r, buf, sizeof buf) == 2);
+    /* Numbers that were never handles: EINVAL, not a crash. */
+    static const uintptr_t made_up[] = {1, 0x1000, 0xdeadbeef, (uintptr_t)-1, (uintptr_t)&failures};
+    for (size_t i = 0; i < sizeof made_up / sizeof made_up[0]; i++) {
+        errno = 0;
+        ssize_t n = pp_write((pp_writer *)made_up[i], "x", 1);
+        CHECK(n == -1 && (errno == EINVAL || errno == EBADF));
+        errno = 0;
+        CHECK(pp_reader_close((pp_reader *)made_up[i]) == -1 && (errno == EINVAL || errno == EBADF));
+    }
+    CHECK(pp_writer_close(w) == 0);
+    CHECK(pp_reader_close(r) == 0);
+}
+
+static atomic_int stale_stop;
+static atomic_long stale_calls;
+
+/* Calls, again and again, functions of both kinds on handles that are closed. */
+static void *stale_caller(void *arg) {
+    pp_writer **stale = arg;
+    pp_reader *stale_r = (pp_reader *)stale[1];
+    char buf[4];
+    while (!atomic_load(&stale_stop)) {
+        pp_writer *out_w;
+        pp_reader *out_r;
+        if (pp_write(stale[0], "x", 1) != -1 || errno != EINVAL) abort();
+        if (pp_writer_dup(stale[0], &out_w) != -1 || errno != EINVAL) abort();
+        if (pp_read(stale_r, buf, sizeof buf) != -1 || errno != EINVAL) abort();
+        if (pp_reader_dup(stale_r, &out_r) != -1 || errno != EINVAL) abort();
+        atomic_fetch_add(&stale_calls, 1);
+    }
+    return NULL;
+}
+
+/* Issue 39, break 4: a fork while another thread calls on a closed handle must leave the child
+ * free to make, dup and close handles (it used to inherit a count on the free slot that its
+ * next pp_pipe waited for forever). Each child is bounded by alarm(); a hung one dies of it. */
+static void test_fork_during_stale_calls(void) {
+    enum { FORKS = 300, CHILD_SECONDS = 5 };
+    pp_writer *w;
+    pp_reader *r;
+    CHECK(pp_pipe(&w, &r) == 0);
+    CHECK(pp_writer_close(w) == 0 && pp_reader_close(r) == 0);
+    pp_writer *stale[2] = {w, (pp_writer *)r};
+    atomic_store(&stale_stop, 0);
+    pthread_t caller;
+    CHECK(pthread_create(&caller, NULL, stale_caller, stale) == 0);
+    while (atomic_load(&stale_calls) == 0) sched_yield();
+    int hung = 0, failed = 0;
+    for (int i = 0; i < FORKS && hung < 3; i++) {
+        pid_t pid = fork();
+        if (pid < 0) break;
+        if (pid == 0) {
+            alarm(CHILD_SECONDS);
+            pp_writer *w2, *w3;
+            pp_reader *r2;
+            char buf[4];
+            CHILD_CHECK(pp_pipe(&w2, &r2) == 0);
+            CHILD_CHECK(pp_writer_dup(w2, &w3) == 0);
+            CHILD_CHECK(pp_writer_close(w2) == 0);
+            CHILD_CHECK(pp_write(w3, "kid", 3) == 3 && pp_read(r2, buf, sizeof buf) == 3);
+            CHILD_CHECK(pp_writer_close(w3) == 0 && pp_reader_close(r2) == 0);
+            /* The stale handles stay stale in the child too. */
+            CHILD_CHECK(pp_write(w, "x", 1) == -1 && errno == EINVAL);
+            _exit(0);
+        }
+        int status = reap(pid);
+        if (status == 128 + SIGALRM) hung++;
+        else if (status != 0) failed++;
+    }
+    atomic_store(&stale_stop, 1);
+    CHECK(pthread_join(caller, NULL) == 0);
+    if (hung) fprintf(stderr, "  %d child(ren) hung in their first pp_pipe/dup\n", hung);
+    CHECK(hung == 0 && failed == 0);
+}
+
 int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc > 1 && strcmp(argv[1], "exec-child") == 0) return exec_child();
@@ -400,8 +503,14 @@ int main(int argc, char **argv) {
         {"exec", test_exec},
         {"writev_atomic_among_processes", test_writev_atomic_among_processes},
         {"dup", test_dup},
+        {"wrong_kind_and_made_up_handles", test_wrong_kind_and_made_up_handles},
+        {"fork_during_stale_calls", test_fork_during_stale_calls},
     };
+    /* With arguments, only the tests they name run. */
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int named = argc == 1;
+        for (int a = 1; a < argc; a++) named |= strcmp(argv[a], tests[i].name) == 0;
+        if (!named) continue;
         int before = failures;
         tests[i].run();
         printf("%s %s\n", failures == before ? "ok  " : "FAIL", tests[i].name);

@@ -81,6 +81,7 @@ impl fmt::Debug for FrozenFrag {
 ///
 /// [`Frag`]: crate::Frag
 #[cfg(feature = "bytes")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bytes")))]
 impl From<FrozenFrag> for bytes::Bytes {
     fn from(frag: FrozenFrag) -> bytes::Bytes {
         bytes::Bytes::from_owner(frag)

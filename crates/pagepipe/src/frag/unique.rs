@@ -229,6 +229,7 @@ impl fmt::Debug for Frag {
 /// assert_eq!(&b[..], b"abc");
 /// ```
 #[cfg(feature = "bytes")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bytes")))]
 impl From<Frag> for bytes::Bytes {
     fn from(frag: Frag) -> bytes::Bytes {
         bytes::Bytes::from_owner(frag)
