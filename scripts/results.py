@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = OrderedDict(
     [
         ("bw", ("lmbench bw_pipe / bw_unix: bandwidth of 64 KiB writes",
-                [("mbps", "MB/s", 1, 0)])),
+                [("mbps", "MB/s", 1, 0), ("cpu_s_per_gib", "CPU s / GiB", 1, 3)])),
         ("lat", ("lmbench lat_pipe / lat_unix: 1-byte round trip",
                  [("lat_avg_ns", "avg µs", 1e3, 2), ("lat_p99_ns", "p99 µs", 1e3, 2)])),
         ("pipe", ("pipe_bench (seed 000): writers and readers on one pipe, 64 KiB messages",

@@ -173,7 +173,8 @@ impl CaseResult {
             .iter()
             .map(|a| {
                 let mut line = a.to_json(self.case.bench, meta, &self.stopped);
-                line["load"] = serde_json::json!(self.load);
+                // The load is part of the case (the quick suite runs cases idle and loaded).
+                line["config"]["load"] = serde_json::json!(self.load);
                 line.to_string()
             })
             .collect()

@@ -108,6 +108,8 @@ pub fn bw_once(
     rec.metric("mbps", bytes as f64 / secs / 1e6);
     rec.metric("minor_faults", usage.minor_faults as f64);
     rec.metric("cpu_s", usage.cpu_s);
+    // Both sides' user + system time per GiB moved (issue 38: no more than the kernel's).
+    rec.metric("cpu_s_per_gib", usage.cpu_s / (bytes.max(1) as f64 / GIB));
     rec.metric("core_rtt_ns", core_rtt);
     if let Some(ms) = steal {
         rec.metric("steal_ms", ms);
@@ -177,9 +179,15 @@ pub fn bw_case(transports: &[Transport], title: &str) -> Case {
         bench: "bw",
         title: title.into(),
         arms: arms(transports),
-        columns: vec![Column::new("mbps", "MB/s", 1.0, 0)],
+        columns: vec![
+            Column::new("mbps", "MB/s", 1.0, 0),
+            Column::new("cpu_s_per_gib", "CPU s / GiB", 1.0, 3),
+        ],
     }
 }
+
+/// Bytes in a GiB.
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// `pagepipe-bench bw`.
 ///
