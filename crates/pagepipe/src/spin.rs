@@ -17,6 +17,8 @@
 //!   [`BUSY_SPINS`] rounds: enough to catch a peer that is running right now (a round trip's
 //!   reply), too short to cost the peer its core; while a core is free it takes at least
 //!   [`IDLE_SPINS`]. Without `/proc` the count is unknown and only the learning below decides.
+//! - **A peer just woken is not running yet.** While no core is spare, a thread whose last
+//!   call had to wake its peer ([`note_wake`]) does not spin at all for that peer's answer.
 //! - **Learned from outcomes.** Each thread keeps its own budget ([`BUDGET`]): a spin that
 //!   found the condition after `n` rounds lets the next spin take up to `2n +` [`MIN_SPINS`];
 //!   a spin that ran out halves it, down to [`MIN_SPINS`]. A thread whose peer keeps it waiting
@@ -50,6 +52,20 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(2);
 thread_local! {
     /// This thread's spin budget in rounds (see the module docs).
     static BUDGET: Cell<u32> = const { Cell::new(MAX_SPINS) };
+    /// Whether this thread's last publication or consumption woke a sleeping peer (see
+    /// [`note_wake`]).
+    static WOKE_PEER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Notes whether the index RMW that ended this thread's last call found the other side asleep
+/// (`woke`: it had to be woken). A thread that just woke its peer and now waits for that
+/// peer's answer (a round trip, or a reader that freed room for a sleeping writer and now waits
+/// for its data) waits at least a trip through the scheduler: on a machine with no core to
+/// spare it sleeps at once rather than spin on a peer that is not running yet. A peer found
+/// awake (spinning or working) answers soon: the spin may pay. The kernel's optimistic spinning
+/// spins only while the owner runs, for the same reason.
+pub(crate) fn note_wake(woke: bool) {
+    WOKE_PEER.with(|w| w.set(woke));
 }
 
 /// Spins until `ready`, for as many rounds as recent outcomes and the machine's load allow;
@@ -66,6 +82,8 @@ pub(crate) fn spin_until(ready: impl Fn() -> bool) -> bool {
     let budget = BUDGET.with(Cell::get);
     let limit = if cores_to_spare() {
         budget.max(IDLE_SPINS)
+    } else if WOKE_PEER.with(Cell::get) {
+        0
     } else {
         budget.min(BUSY_SPINS)
     };

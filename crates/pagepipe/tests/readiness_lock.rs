@@ -124,3 +124,51 @@ fn a_post_is_not_held_up_by_a_live_holder_of_the_readiness_lock() {
     );
     assert_eq!(reader.read_notification().unwrap().kind, 1);
 }
+
+/// `poll(2)` on one descriptor for `events`, waiting up to `ms`: the returned events.
+fn poll_one(fd: std::os::fd::BorrowedFd<'_>, events: i16, ms: i32) -> i16 {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    assert!(n >= 0, "poll: {}", std::io::Error::last_os_error());
+    p.revents
+}
+
+/// A holder keeps the readiness lock past a writer's patience (descheduled, stopped, or on
+/// purpose), then lets go: the writer's transition still reaches the reader's poller (a thread
+/// of the writer's process finishes the sync once the lock is free). Before, the writer left
+/// a flag that only a later holder of its own side would look at, and a reader polling for
+/// that data waited forever.
+#[test]
+fn a_transition_made_while_the_readiness_lock_was_held_reaches_the_poller() {
+    let _serial = serial();
+    let (w, r) = pagepipe::pipe().unwrap();
+    let rfd = r.as_fd(); // polled: the empty ring leaves the descriptor not readable
+    assert_eq!(poll_one(rfd, libc::POLLIN, 0) & libc::POLLIN, 0);
+    let pid = live_peer(&w);
+    let mut b = [0u8; 1];
+    (&r).read_exact(&mut b).unwrap(); // the peer's byte
+    assert_eq!(poll_one(rfd, libc::POLLIN, 0) & libc::POLLIN, 0);
+    let region = peer::Mapped::of(&w);
+    let child = pid as u64;
+    region.poke(SIG_LOCK, child << 32 | child);
+    let t = Instant::now();
+    assert_eq!((&w).write(b"d").unwrap(), 1);
+    let took = t.elapsed();
+    std::thread::sleep(Duration::from_millis(100));
+    region.poke(SIG_LOCK, 0); // the holder lets go (without a wake: its tick finds it free)
+    let ready = poll_one(rfd, libc::POLLIN, 5000) & libc::POLLIN != 0;
+    assert_eq!(
+        kill_and_reap(pid, Duration::from_secs(10)),
+        128 + libc::SIGKILL
+    );
+    assert!(ready, "the reader's descriptor never became readable");
+    assert!(took < Duration::from_millis(200), "the write took {took:?}");
+    (&r).read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"d");
+}

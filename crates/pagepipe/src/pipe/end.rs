@@ -32,12 +32,12 @@ use crate::wait::{sleep_until, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
-/// How long a sync waits for the readiness lock (asleep on its futex): honest holders keep it
-/// for a system call or two, so only a holder descheduled this long, stopped, or a peer keeping
-/// it on purpose makes a call wait this much (it used to spin up to a second). Past it, this
-/// side's `sig_pending` bit asks the holder, or the next holder of this side, to sync.
+/// How long a call waits for the readiness lock in all (asleep on its futex): honest holders
+/// keep it for a system call or two, so only a holder descheduled this long, stopped, or a peer
+/// keeping it on purpose makes a call wait this much (it used to spin up to a second). Past
+/// it, a thread of this process finishes the sync (see [`End::defer_sync`]).
 #[cfg(not(loom))]
-const READINESS_PATIENCE: Duration = Duration::from_millis(5);
+const READINESS_PATIENCE: Duration = Duration::from_millis(1);
 
 /// The most rounds one call syncs while its side's `sig_pending` bit keeps coming back with the
 /// ring moved (see [`End::sync_delegating`]): a peer that keeps moving it and raising the bit
@@ -112,10 +112,59 @@ pub(crate) fn expose(shared: &Arc<Shared>) -> io::Result<()> {
     Ok(())
 }
 
+/// `End::sync_deferred`'s value while a thread of this process (this fork generation) has the
+/// end's deferred sync.
+#[cfg(not(loom))]
+fn deferred_mark() -> u64 {
+    crate::lock::fork_generation() + 1
+}
+
+/// The thread [`End::defer_sync`] starts: waits, holding the pipe's mapping but not the end
+/// (an end dropped meanwhile must close), until the readiness lock is free or its holder dead,
+/// then has the end sync; again while calls keep leaving it transitions, a bounded number of
+/// times (a peer that keeps the lock and the bit busy: the next call starts another thread).
+#[cfg(not(loom))]
+fn deferred_sync(shared: &Shared, end: Option<std::sync::Weak<dyn LocalEnd>>) {
+    let sig_lock = &shared.header().sig_lock;
+    for _ in 0..MAX_SYNC_ROUNDS {
+        if sig_lock.lock(shared, lock::Wait::Until(None)).is_err() {
+            break; // this process's key is unusable: the end's next call reports it
+        }
+        sig_lock.unlock(shared);
+        let Some(end) = end.as_ref().and_then(std::sync::Weak::upgrade) else {
+            return; // dropped: nothing to sync
+        };
+        if end.sync_deferred() {
+            return;
+        }
+    }
+    if let Some(end) = end.as_ref().and_then(std::sync::Weak::upgrade) {
+        end.give_up_deferred();
+    }
+}
+
 #[cfg(not(loom))]
 impl LocalEnd for End {
     fn sync(&self) {
         End::sync(self);
+    }
+
+    fn sync_deferred(&self) -> bool {
+        if !self.sync_until(Some(Instant::now() + READINESS_PATIENCE)) {
+            return false; // held again: the thread waits for it again
+        }
+        // SeqCst (both): a call that raised the bit and then found the flag still set left its
+        // transition to us; the flag's order puts its swap before our store, so the load below
+        // sees its bit.
+        self.sync_deferred.store(0, Ordering::SeqCst);
+        let bit = 1u32 << self.side.index();
+        let mine = deferred_mark();
+        self.shared.header().sig_pending.load(Ordering::SeqCst) & bit == 0
+            || self.sync_deferred.swap(mine, Ordering::SeqCst) == mine
+    }
+
+    fn give_up_deferred(&self) {
+        self.sync_deferred.store(0, Ordering::SeqCst);
     }
 
     fn give_signal(&self, fd: std::os::fd::OwnedFd) {
@@ -200,6 +249,11 @@ pub(crate) struct End {
     /// This process has made the descriptor it hands out exact (see [`End::enable_polling`]).
     #[cfg(not(loom))]
     polling: std::sync::atomic::AtomicBool,
+    /// A thread of this process waits to sync this end's descriptor (see
+    /// [`End::defer_sync`]): the fork generation it was started in, plus one; 0 for none (a
+    /// forked child, which has no such thread, sees another generation).
+    #[cfg(not(loom))]
+    sync_deferred: std::sync::atomic::AtomicU64,
 }
 
 impl End {
@@ -221,6 +275,7 @@ impl End {
             peer_gone: ColdBool::new(false),
             watched: ColdBool::new(false),
             polling: std::sync::atomic::AtomicBool::new(false),
+            sync_deferred: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -456,25 +511,40 @@ impl End {
     }
 
     /// Brings the signal pipe to the ring's state under `sig_lock`, waiting for the lock at
-    /// most [`READINESS_PATIENCE`] (asleep on its futex, the holder's liveness checked as for
-    /// any side lock): honest holders keep it for a system call or two. When a live holder
-    /// keeps it longer (descheduled, stopped, or a peer keeping it on purpose), raises this
-    /// side's `sig_pending` bit and returns false: a later holder of this side syncs for it (a
-    /// writer can only add packets and a reader only remove them, so only this side can).
-    /// Before it returns, a holder syncs again while it finds its side's bit raised and the
-    /// ring moved since its last sync (each round covers every transition made before it; a
-    /// raised bit with the ring unmoved asks for nothing new). True if this call synced.
+    /// most [`READINESS_PATIENCE`] in all (asleep on its futex; a dead holder is taken over as
+    /// for any side lock): honest holders keep it for a system call or two. When a live holder
+    /// keeps it longer (descheduled, stopped, or a peer keeping it on purpose), this side's
+    /// `sig_pending` bit is raised and the sync is left to a thread of this process
+    /// ([`End::defer_sync`]), which waits for the lock as long as its holder lives: only this
+    /// side can reflect its own transitions (a writer can only add packets and a reader only
+    /// remove them), so nothing else may be trusted with them. A holder syncs again while it
+    /// finds its side's bit raised with the ring moved since its last sync (a bit raised with
+    /// the ring unmoved asks for nothing new). True if this call synced.
     #[cfg(not(loom))]
     fn sync_delegating(&self) -> bool {
+        let deadline = Instant::now() + READINESS_PATIENCE;
+        if self.sync_until(Some(deadline)) {
+            return true;
+        }
+        self.defer_sync();
+        false
+    }
+
+    /// [`End::sync_delegating`]'s work, waiting for the lock until `deadline` (`None`: as long
+    /// as its holder lives): false, with this side's bit raised, if it was not done.
+    #[cfg(not(loom))]
+    fn sync_until(&self, deadline: Option<Instant>) -> bool {
         let h = self.shared.header();
         let sh = &*self.shared;
         let bit = 1u32 << self.side.index();
-        let wait = lock::Wait::Until(Some(Instant::now() + READINESS_PATIENCE));
-        if h.sig_lock.lock(sh, wait).is_err() {
+        if h.sig_lock.lock(sh, lock::Wait::Until(deadline)).is_err() {
             // SeqCst: the store half of a store-load pair with the holder's load of
-            // `sig_pending` after its release.
+            // `sig_pending` after its release; then one more try, so that a holder that
+            // released before it could see the bit cannot leave it to nobody.
             h.sig_pending.fetch_or(bit, Ordering::SeqCst);
-            return false;
+            if h.sig_lock.lock(sh, lock::Wait::Never).is_err() {
+                return false;
+            }
         }
         let mut seen = None;
         for _ in 0..MAX_SYNC_ROUNDS {
@@ -491,13 +561,46 @@ impl End {
             if h.sig_pending.load(Ordering::SeqCst) & bit == 0 {
                 return true;
             }
-            let wait = lock::Wait::Until(Some(Instant::now() + READINESS_PATIENCE));
-            if h.sig_lock.lock(sh, wait).is_err() {
-                return false; // the bit stays raised for that holder or the next
+            // Relocked within the same patience, not a fresh one per round.
+            if h.sig_lock.lock(sh, lock::Wait::Until(deadline)).is_err() {
+                h.sig_pending.fetch_or(bit, Ordering::SeqCst);
+                return false;
             }
         }
         h.sig_lock.unlock(sh);
+        h.sig_pending.fetch_or(bit, Ordering::SeqCst);
         false
+    }
+
+    /// Leaves this end's sync to a thread of this process that waits for the readiness lock as
+    /// long as its holder lives (taking it over if it dies), then syncs: at most one such
+    /// thread per end at a time (one already there syncs again for every call that raised the
+    /// bit meanwhile, see `sync_deferred`). It keeps the pipe's mapping and the end itself
+    /// only while it syncs. If the thread cannot start, the bit stays raised for this side's
+    /// next sync.
+    #[cfg(not(loom))]
+    #[cold]
+    fn defer_sync(&self) {
+        // SeqCst: after this call raised its bit (see `sync_deferred`): a thread that is
+        // already there sees the bit after it clears the flag, and syncs again.
+        let mine = deferred_mark();
+        if self.sync_deferred.swap(mine, Ordering::SeqCst) == mine {
+            return;
+        }
+        let me = self.shared.local[self.side.index()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let shared = self.shared.clone();
+        let started = crate::sys::thread::spawn_helper(
+            std::thread::Builder::new()
+                .name("pagepipe-sync".into())
+                .stack_size(64 * 1024),
+            move || deferred_sync(&shared, me),
+        );
+        if started.is_err() {
+            self.sync_deferred.store(0, Ordering::SeqCst);
+        }
     }
 
     #[cfg(loom)]
@@ -627,6 +730,12 @@ impl End {
     pub(crate) fn peer_gone(&self, force: bool) -> bool {
         // Acquire: pairs with the Release store in `hung_up` (the watcher thread's).
         if self.peer_gone.load(Ordering::Acquire) {
+            return true;
+        }
+        // A forked child that lost the region: no wait on it may last (its calls then fail
+        // with `BrokenPipe` when they need the region's locks).
+        #[cfg(not(loom))]
+        if self.shared.region.lost() {
             return true;
         }
         #[cfg(not(loom))]

@@ -219,11 +219,14 @@ impl Shared {
     /// the pipe for two processes, its signal pipe made (the kernel counts each side's holders
     /// from now on: two descriptors) and a provisional key made real. If either fails (no
     /// `/proc`, a full descriptor table) the child will not use this pipe: its fork handler
-    /// closes its memory file (see `Region::forget_in_forked_child`) and every call on its
-    /// ends fails with `BrokenPipe`, while the parent goes on alone, its own ends the only
-    /// holders it can see, which they then are. A child that kept such a pipe used to judge
-    /// its peer from its own process alone: the parent's reader saw end of file while the
-    /// child wrote, and the child's writes went unread.
+    /// closes its memory file (see `Region::forget_in_forked_child`) and its calls fail with
+    /// `BrokenPipe` (or see end of file) and never wait. Without a signal pipe the parent then
+    /// judges the pipe by its own ends, which are all that can still move bytes; with one (the
+    /// key was what failed) the kernel still counts the child's inherited descriptors until it
+    /// closes them or exits, so the parent may wait for that child's exit to see end of file.
+    /// A child that kept such a pipe used to judge its peer from its own process alone: the
+    /// parent's reader saw end of file while the child wrote, and the child's writes went
+    /// unread.
     #[cfg(not(loom))]
     pub(crate) fn key_before_fork(&self) {
         // Nobody else holds `keying` now: its holders hold the gate, which the forking thread

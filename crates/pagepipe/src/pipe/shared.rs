@@ -23,6 +23,13 @@ pub(crate) trait LocalEnd: Send + Sync {
     /// Brings this end's descriptors to the ring's state (see `End::sync`).
     fn sync(&self);
 
+    /// On the thread a sync that could not get the readiness lock started, once the lock came
+    /// free: the sync; true when nothing is left for the thread (see `End::defer_sync`).
+    fn sync_deferred(&self) -> bool;
+
+    /// The thread of `End::defer_sync` gives up (a peer keeps the lock and the bit busy).
+    fn give_up_deferred(&self);
+
     /// Hands this end its descriptor of the pipe's new signal pipe (see
     /// [`Shared::ensure_signal`]).
     fn give_signal(&self, fd: std::os::fd::OwnedFd);

@@ -557,37 +557,60 @@ impl Region {
     #[cfg(not(loom))]
     #[cold]
     fn map_far(&self) -> io::Result<()> {
-        // No fork while the spare descriptor is open or the mapping unowned: a child would
-        // inherit them, unknown to it.
-        let no_fork = crate::fork_gate::hold();
-        let total = Layout::of(self.config.slot_size, self.max_ring).total;
-        // The mapping must never hold the key description (a key lock would then live as long
-        // as any mapping, a forked child's too): while the descriptor still names the mapped
-        // description (no real key yet) it is mapped as it is, which needs no `/proc`; once it
-        // names the key's, the file is opened again (through `/proc`) for the mapping.
-        // KEYING keeps `key_description` from replacing the description under the mapping.
         use std::sync::atomic::Ordering as O;
+        let total = Layout::of(self.config.slot_size, self.max_ring).total;
         let keyed = &self.backing.keyed;
-        // Acquire: as in `key_description`.
-        let far = if keyed
-            .compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire)
-            .is_ok()
-        {
-            let far = self
-                .memfd()
-                .and_then(|fd| crate::sys::mm::Mapping::shared(fd, total));
-            // Release: pairs with the Acquire CAS in `key_description`.
-            keyed.store(UNKEYED, O::Release);
-            far
-        } else {
-            let what = "mapping a ring larger than 64 KiB of a pipe that left the process";
-            let fd = crate::sys::fd::reopen(self.memfd()?).map_err(|e| needs_proc(e, what))?;
-            crate::sys::mm::Mapping::shared(std::os::fd::AsFd::as_fd(&fd), total)
-        };
-        // A thread that lost the race drops (unmaps) its own, still under the gate.
-        let _ = self.backing.far.set(far?);
-        drop(no_fork);
-        Ok(())
+        loop {
+            // No fork while the spare descriptor is open or the mapping unowned: a child would
+            // inherit them, unknown to it.
+            let no_fork = crate::fork_gate::hold();
+            if self.backing.far.get().is_some() {
+                return Ok(()); // another thread mapped it meanwhile
+            }
+            // The mapping must never hold the key description (a key lock would then live as
+            // long as any mapping, a forked child's too): while the descriptor still names the
+            // mapped description (no real key yet) it is mapped as it is, which needs no
+            // `/proc`, and KEYING keeps `key_description` from replacing the description under
+            // the mapping; once it names the key's, the file is opened again (through `/proc`).
+            // Acquire: as in `key_description`.
+            let far = match keyed.compare_exchange(UNKEYED, KEYING, O::Acquire, O::Acquire) {
+                Ok(_) => {
+                    let far = self
+                        .memfd()
+                        .and_then(|fd| crate::sys::mm::Mapping::shared(fd, total));
+                    // Release: pairs with the Acquire CAS in `key_description`.
+                    keyed.store(UNKEYED, O::Release);
+                    far
+                }
+                Err(KEYED) => {
+                    let what = "mapping a ring larger than 64 KiB of a pipe that left the process";
+                    let fd =
+                        crate::sys::fd::reopen(self.memfd()?).map_err(|e| needs_proc(e, what))?;
+                    crate::sys::mm::Mapping::shared(std::os::fd::AsFd::as_fd(&fd), total)
+                }
+                Err(_) => {
+                    // Another thread is mapping it or making the key real: wait for it.
+                    drop(no_fork);
+                    std::thread::yield_now();
+                    continue;
+                }
+            };
+            // A thread that lost the race drops (unmaps) its own, still under the gate.
+            let _ = self.backing.far.set(far?);
+            drop(no_fork);
+            return Ok(());
+        }
+    }
+
+    /// Whether this forked child lost the region (see [`Region::forget_in_forked_child`]):
+    /// every call on its ends fails with `BrokenPipe`.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn lost(&self) -> bool {
+        self.backing
+            .memfd
+            .load(std::sync::atomic::Ordering::Relaxed)
+            < 0
     }
 
     /// The current ring size, validated: a power of two of at most `max_ring` slots. A ring
