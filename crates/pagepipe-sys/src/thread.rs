@@ -18,6 +18,13 @@ pub fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// CPUs online (`sysconf(_SC_NPROCESSORS_ONLN)`, see `sysconf(3)`), at least 1.
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf(3) has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// What `/proc/<tid>/stat` says of a thread (`proc(5)`): `Ok(Some(start))` with the low 32
 /// bits of its start time in clock ticks since boot; `Ok(None)` if no such thread exists (or it
 /// is a zombie or dead); `Err` when it cannot be told: procfs missing, out of descriptors or

@@ -13,12 +13,10 @@
 //! - **Cores to spare.** [`cores_to_spare`] reads the runnable thread count the kernel reports
 //!   (`/proc/loadavg`, its fourth field: `running/total`, counted at the moment of the read,
 //!   this thread included) at most once per [`CHECK_EVERY`] per process, and compares it with
-//!   the cores this process may use. While every core has a runnable thread, a spin is cut to
-//!   [`BUSY_SPINS`] rounds: enough to catch a peer that is running right now (a round trip's
-//!   reply), too short to cost the peer its core; while a core is free it takes at least
-//!   [`IDLE_SPINS`]. Without `/proc` the count is unknown and only the learning below decides.
-//! - **A peer just woken is not running yet.** While no core is spare, a thread whose last
-//!   call had to wake its peer ([`note_wake`]) does not spin at all for that peer's answer.
+//!   the CPUs online (the count is machine-wide; a process confined to one CPU never spins).
+//!   While every core has a runnable thread, a spin is cut to [`BUSY_SPINS`] rounds: enough
+//!   to catch a peer that is running right now (a round trip's reply), too short to cost the
+//!   peer its core; while a core is free it takes at least [`IDLE_SPINS`]. Without `/proc` the count is unknown and only the learning below decides.
 //! - **Learned from outcomes.** Each thread keeps its own budget ([`BUDGET`]): a spin that
 //!   found the condition after `n` rounds lets the next spin take up to `2n +` [`MIN_SPINS`];
 //!   a spin that ran out halves it, down to [`MIN_SPINS`]. A thread whose peer keeps it waiting
@@ -52,20 +50,6 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(2);
 thread_local! {
     /// This thread's spin budget in rounds (see the module docs).
     static BUDGET: Cell<u32> = const { Cell::new(MAX_SPINS) };
-    /// Whether this thread's last publication or consumption woke a sleeping peer (see
-    /// [`note_wake`]).
-    static WOKE_PEER: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Notes whether the index RMW that ended this thread's last call found the other side asleep
-/// (`woke`: it had to be woken). A thread that just woke its peer and now waits for that
-/// peer's answer (a round trip, or a reader that freed room for a sleeping writer and now waits
-/// for its data) waits at least a trip through the scheduler: on a machine with no core to
-/// spare it sleeps at once rather than spin on a peer that is not running yet. A peer found
-/// awake (spinning or working) answers soon: the spin may pay. The kernel's optimistic spinning
-/// spins only while the owner runs, for the same reason.
-pub(crate) fn note_wake(woke: bool) {
-    WOKE_PEER.with(|w| w.set(woke));
 }
 
 /// Spins until `ready`, for as many rounds as recent outcomes and the machine's load allow;
@@ -80,10 +64,10 @@ pub(crate) fn spin_until(_ready: impl Fn() -> bool) -> bool {
 #[cfg(not(loom))]
 pub(crate) fn spin_until(ready: impl Fn() -> bool) -> bool {
     let budget = BUDGET.with(Cell::get);
-    let limit = if cores_to_spare() {
-        budget.max(IDLE_SPINS)
-    } else if WOKE_PEER.with(Cell::get) {
+    let limit = if one_cpu() {
         0
+    } else if cores_to_spare() {
+        budget.max(IDLE_SPINS)
     } else {
         budget.min(BUSY_SPINS)
     };
@@ -126,9 +110,9 @@ pub(crate) fn cores_to_spare() -> bool {
     if last != 0 && now.saturating_sub(last >> 1) < CHECK_EVERY.as_millis() as u64 {
         return last & 1 != 0;
     }
-    let spare = match (runnable(), cores()) {
-        (Some(r), c) => r <= c,
-        (None, _) => true,
+    let spare = match runnable() {
+        Some(r) => r <= online_cpus(),
+        None => true,
     };
     // Relaxed: as above; two threads racing both store a fresh reading.
     LAST.store((now.max(1) << 1) | u64::from(spare), Ordering::Relaxed);
@@ -136,16 +120,17 @@ pub(crate) fn cores_to_spare() -> bool {
 }
 
 /// Threads runnable on the machine now (this one included): the fourth field of
-/// `/proc/loadavg`, `running/total`. `None` without `/proc`.
+/// `/proc/loadavg`, `running/total`. `None` without `/proc` (or a descriptor to read it with).
+/// Opened for each reading (every [`CHECK_EVERY`] at most): a descriptor kept open could be
+/// closed or replaced under us by the application.
 #[cfg(not(loom))]
 fn runnable() -> Option<usize> {
-    use std::os::unix::fs::FileExt;
-    static LOADAVG: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    let file = LOADAVG
-        .get_or_init(|| std::fs::File::open("/proc/loadavg").ok())
-        .as_ref()?;
+    use std::io::Read;
     let mut buf = [0u8; 128];
-    let n = file.read_at(&mut buf, 0).ok()?;
+    let n = std::fs::File::open("/proc/loadavg")
+        .ok()?
+        .read(&mut buf)
+        .ok()?;
     parse_running(&buf[..n])
 }
 
@@ -155,11 +140,20 @@ fn parse_running(line: &[u8]) -> Option<usize> {
     field.split('/').next()?.parse().ok()
 }
 
-/// Cores this process may run on (its affinity mask), read once.
+/// CPUs online on the machine, read once: `/proc/loadavg` counts runnable threads machine-wide
+/// (it knows no affinity, cgroup or namespace), so that is what it is compared with.
 #[cfg(not(loom))]
-fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+fn online_cpus() -> usize {
+    static ONLINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ONLINE.get_or_init(crate::sys::thread::online_cpus)
+}
+
+/// Whether this process may run on one CPU only (its affinity mask or CPU quota): then a
+/// spinner holds the one CPU its peer needs, and never spins.
+#[cfg(not(loom))]
+fn one_cpu() -> bool {
+    static ONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONE.get_or_init(|| std::thread::available_parallelism().map_or(true, |n| n.get() == 1))
 }
 
 #[cfg(all(test, not(loom)))]

@@ -277,7 +277,6 @@ pub(crate) fn sleep_until(
 
 /// After an RMW on an index `word` returned `old`: wakes every sleeper registered in it.
 pub(crate) fn wake_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
-    crate::spin::note_wake(old & WAITING != 0);
     if old & WAITING != 0 {
         // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
         // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT fails
