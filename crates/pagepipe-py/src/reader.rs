@@ -173,10 +173,10 @@ impl PyReader {
         }
     }
 
-    /// New descriptors of this end for a child process (see `pagepipe.__init__`).
-    #[pyo3(signature = (keep = true))]
-    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
-        self.held.export_fds(keep)
+    /// New descriptors of this end for another process, owned by the caller (see
+    /// `pagepipe.__init__`).
+    fn _export_fds(&self) -> PyResult<(RawFd, RawFd)> {
+        self.held.export_fds()
     }
 
     /// The end whose descriptors `_export_fds` gave; takes them.

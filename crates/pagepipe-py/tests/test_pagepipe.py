@@ -1,5 +1,6 @@
 import array
 import asyncio
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -317,3 +318,36 @@ def test_an_end_through_a_queue_to_a_running_process():
     assert r.read() == data
     p.join(30)
     assert p.exitcode == 0
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_starting_children_with_an_end_leaves_no_descriptor_open(method):
+    # Issue 39, break 7: each start that pickled an end left two descriptors open in the
+    # parent until the end was closed (a long-lived end handed to recycled workers leaked
+    # without bound).
+    ctx = multiprocessing.get_context(method)
+    w, r = pagepipe.pipe()
+
+    def start_one():
+        p = ctx.Process(target=helpers.nothing, args=(w, r))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        p.close()  # multiprocessing's own descriptors (its sentinel) go with the Process
+
+    start_one()  # the first start opens what stays (resource tracker, forkserver socket)
+    gc.collect()
+    before = _open_fds()
+    for _ in range(10):
+        start_one()
+    gc.collect()
+    assert _open_fds() == before
+    # The end still works, and the children's copies are gone: end of file at once.
+    w.write(b"still")
+    w.close()
+    assert r.read() == b"still"
+
