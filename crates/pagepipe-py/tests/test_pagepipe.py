@@ -351,3 +351,29 @@ def test_starting_children_with_an_end_leaves_no_descriptor_open(method):
     w.close()
     assert r.read() == b"still"
 
+
+def test_timeout_per_call_and_per_object():
+    w, r = pagepipe.pipe(4096)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        r.read(10, timeout=0.1)
+    with pytest.raises(TimeoutError):
+        r.readinto(bytearray(10), timeout=0.1)
+    assert 0.15 < time.monotonic() - start < 2
+    r.settimeout(0.05)
+    assert r.gettimeout() == 0.05
+    with pytest.raises(TimeoutError):
+        r.read(1)
+    r.settimeout(None)
+    assert r.gettimeout() is None
+    assert w.write(bytes(10000), timeout=0.05) == 4096  # what fit, then the deadline
+    with pytest.raises(TimeoutError):
+        w.write(b"x", timeout=0.05)
+    w.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        w.write(b"x")
+    with pytest.raises(ValueError):
+        w.settimeout(-1)
+    with pytest.raises(ValueError):
+        r.read(1, timeout=float("nan"))
+    assert r.read(10000, timeout=1) == bytes(4096)
