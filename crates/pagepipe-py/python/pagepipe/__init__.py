@@ -10,14 +10,21 @@ a closed end ValueError. The GIL is released while a call waits or copies. filen
 with select, selectors and asyncio. Ends survive os.fork() and can be passed to
 multiprocessing.Process (fork, spawn, forkserver) and through multiprocessing queues and
 connections, the way multiprocessing passes its own Connection objects.
+
+On top of the ends, drop-in replacements of multiprocessing's:
+
+    a, b = pagepipe.Pipe()          # multiprocessing.Pipe(): Connection objects
+    a.send({"any": "object"}); b.recv()
 """
 
 from multiprocessing import reduction as _reduction
 
 from ._native import DEFAULT_CAPACITY, PIPE_BUF, Reader, Writer, pipe
 from . import _reduce
+from .connection import PIPE_CAPACITY, Connection, Pipe
 
-__all__ = ["pipe", "Writer", "Reader", "DEFAULT_CAPACITY", "PIPE_BUF"]
+__all__ = ["pipe", "Writer", "Reader", "DEFAULT_CAPACITY", "PIPE_BUF",
+           "Pipe", "Connection", "PIPE_CAPACITY"]
 
 _reduction.register(Writer, _reduce.reduce_end)
 _reduction.register(Reader, _reduce.reduce_end)
