@@ -15,6 +15,8 @@ On top of the ends, drop-in replacements of multiprocessing's:
 
     a, b = pagepipe.Pipe()          # multiprocessing.Pipe(): Connection objects
     a.send({"any": "object"}); b.recv()
+    q = pagepipe.Queue()            # multiprocessing.Queue(): many producers and consumers
+    q.put(1); q.get()
 """
 
 from multiprocessing import reduction as _reduction
@@ -22,9 +24,10 @@ from multiprocessing import reduction as _reduction
 from ._native import DEFAULT_CAPACITY, PIPE_BUF, Reader, Writer, pipe
 from . import _reduce
 from .connection import PIPE_CAPACITY, Connection, Pipe
+from .queues import QUEUE_CAPACITY, Queue
 
 __all__ = ["pipe", "Writer", "Reader", "DEFAULT_CAPACITY", "PIPE_BUF",
-           "Pipe", "Connection", "PIPE_CAPACITY"]
+           "Pipe", "Connection", "PIPE_CAPACITY", "Queue", "QUEUE_CAPACITY"]
 
 _reduction.register(Writer, _reduce.reduce_end)
 _reduction.register(Reader, _reduce.reduce_end)
