@@ -168,3 +168,27 @@ def test_readers_killed_in_the_middle_of_messages_leave_only_whole_ones():
     assert got and set(got) <= set(range(n)) and len(set(got)) == len(got)
     q.close()
     q.join_thread()
+
+
+def test_a_subclass_hook_sees_an_unpicklable_object():
+    # CPython's test_queue_feeder_on_queue_feeder_error, on pagepipe.Queue (the CPython
+    # runner cannot substitute it there: that test subclasses multiprocessing.queues.Queue).
+    class NotSerializable:
+        reduce_was_called = hook_was_called = False
+
+        def __reduce__(self):
+            self.reduce_was_called = True
+            raise AttributeError
+
+    class SafeQueue(pagepipe.Queue):
+        @staticmethod
+        def _on_queue_feeder_error(e, obj):
+            if isinstance(e, AttributeError) and isinstance(obj, NotSerializable):
+                obj.hook_was_called = True
+
+    obj = NotSerializable()
+    q = SafeQueue(ctx=multiprocessing.get_context())
+    q.put(obj)
+    q.put(True)
+    assert q.get(timeout=5) is True
+    assert obj.reduce_was_called and obj.hook_was_called
