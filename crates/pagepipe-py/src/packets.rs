@@ -151,19 +151,20 @@ fn write_packet(data: &Writer, packet: &[u8]) -> io::Result<()> {
 
 /// What `get` hands back to Python.
 pub(crate) enum Got {
-    Message(Vec<u8>),
+    /// A whole message, in the caller's buffer.
+    Message,
     /// The deadline passed before a message started.
     Empty,
 }
 
-/// A message being read: its id and the bytes so far.
+/// The message being read: its id (its bytes so far are in the caller's buffer).
 struct Partial {
     id: u64,
-    bytes: Vec<u8>,
 }
 
-/// Reads the next whole message from the packet pipe `data`, holding the lock pipe's read
-/// side (`lock_r`) throughout; `deadline` bounds the wait for a message to start (`None`:
+/// Reads the next whole message from the packet pipe `data` into `out` (cleared first; a
+/// buffer the caller reuses, so that a large message does not fault in new memory each time),
+/// holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the wait for a message to start (`None`:
 /// forever; passed: only what is there now). Every [`LOCK_SLICE`] or [`SLICE`] of waiting,
 /// `signals` runs (Python's signal handlers): its error ends the call, before a message starts
 /// only. Runs without the GIL.
@@ -173,6 +174,7 @@ pub(crate) fn get(
     lock_w: &Writer,
     deadline: Option<Instant>,
     signals: &dyn Fn() -> PyResult<()>,
+    out: &mut Vec<u8>,
 ) -> PyResult<Got> {
     let held = loop {
         match lock_r.read_chunk() {
@@ -186,7 +188,7 @@ pub(crate) fn get(
             Err(e) => return Err(crate::error::to_py(e)),
         }
     };
-    let got = read_message(data, lock_w, deadline, signals);
+    let got = read_message(data, lock_w, deadline, signals, out);
     drop(held);
     got
 }
@@ -197,6 +199,7 @@ fn read_message(
     lock_w: &Writer,
     deadline: Option<Instant>,
     signals: &dyn Fn() -> PyResult<()>,
+    out: &mut Vec<u8>,
 ) -> PyResult<Got> {
     let mut partial: Option<Partial> = None;
     let mut packet = [0u8; PACKET];
@@ -234,27 +237,25 @@ fn read_message(
                 continue; // malformed: a first packet starts at 0
             }
             let cap = usize::try_from(h.total).unwrap_or(usize::MAX);
-            let mut bytes = Vec::new();
-            if bytes.try_reserve_exact(cap).is_err() {
+            out.clear();
+            if out.try_reserve_exact(cap).is_err() {
                 return Err(PyOSError::new_err(format!(
                     "a queued message says it has {} bytes; cannot hold that",
                     h.total
                 )));
             }
-            partial = Some(Partial { id: h.id, bytes });
+            partial = Some(Partial { id: h.id });
         }
-        let Some(p) = partial.as_mut() else {
+        let Some(p) = partial.as_ref() else {
             continue; // the rest of a message whose reader died: dropped
         };
-        if p.id != h.id || p.bytes.len() as u64 != h.offset {
+        if p.id != h.id || out.len() as u64 != h.offset {
             partial = None; // a torn message (its writer died): dropped
             continue;
         }
-        p.bytes.extend_from_slice(body);
-        if p.bytes.len() as u64 == h.total {
-            return Ok(Got::Message(
-                partial.take().map(|p| p.bytes).unwrap_or_default(),
-            ));
+        out.extend_from_slice(body);
+        if out.len() as u64 == h.total {
+            return Ok(Got::Message);
         }
     }
 }

@@ -77,6 +77,15 @@ struct Fill(*mut u8);
 // used only in the closure that runs while this thread waits for it.
 unsafe impl Send for Fill {}
 
+thread_local! {
+    /// The buffer a thread's queue reads assemble messages in, kept between calls: a fresh one
+    /// of a large message's size would fault in its pages on every call.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest `SCRATCH` kept between calls.
+const SCRATCH_KEPT: usize = 64 << 20;
+
 /// A new `bytes` of `len` bytes filled by `fill` (with the GIL held; `fill` releases it to
 /// wait).
 fn new_bytes<'py>(
@@ -328,10 +337,16 @@ impl PyReader {
         let (data, lr, lw) = (self.held.end()?, lock_r.end()?, lock_w.end()?);
         let deadline = duration(timeout)?.map(|t| std::time::Instant::now() + t);
         let signals = || Python::attach(|py| py.check_signals());
-        let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals))?;
-        Ok(match got {
-            Got::Message(bytes) => Some(PyBytes::new(py, &bytes)),
-            Got::Empty => None,
-        })
+        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals, &mut out));
+        let message = match got {
+            Ok(Got::Message) => Ok(Some(PyBytes::new(py, &out))),
+            Ok(Got::Empty) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if out.capacity() <= SCRATCH_KEPT {
+            SCRATCH.with(|s| *s.borrow_mut() = out);
+        }
+        message
     }
 }

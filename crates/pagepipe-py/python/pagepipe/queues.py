@@ -44,19 +44,27 @@ from . import _native
 
 __all__ = ["Queue", "QUEUE_CAPACITY"]
 
-_ForkingPickler = _context.reduction.ForkingPickler
+from ._pickle import dumps as _dumps, loads as _loads
 
 #: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
 QUEUE_CAPACITY = 4 << 20
 
 _sentinel = object()
 _ids = itertools.count(1)
+_pid = os.getpid()
+
+
+def _forked():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _message_id():
-    # Unique among live writers: this process's id and a counter (per process: reset after
-    # a fork by the new pid).
-    return (os.getpid() << 32) | (next(_ids) & 0xFFFFFFFF)
+    # Unique among live writers: this process's id and a counter.
+    return (_pid << 32) | (next(_ids) & 0xFFFFFFFF)
 
 
 class Queue:
@@ -126,7 +134,7 @@ class Queue:
         if not self._sem.acquire(block, timeout):
             raise Full
         try:
-            data = _ForkingPickler.dumps(obj)
+            data = _dumps(obj)
         except Exception as e:
             self._sem.release()
             self._report(e, obj)
@@ -172,7 +180,7 @@ class Queue:
         if data is None:
             raise Empty
         self._sem.release()
-        return _ForkingPickler.loads(data)
+        return _loads(data)
 
     def get_nowait(self):
         """get(False)."""
