@@ -87,10 +87,17 @@ def run(procs, barrier):
         p.start()
     barrier.wait()
     t0 = time.perf_counter()
+    failed = None
     for p in procs:
         p.join(600)
         if p.exitcode != 0:
-            raise RuntimeError(f"a worker failed: {p.exitcode}")
+            failed = p.exitcode
+            for q in procs:  # the others may wait forever for what the failed one holds
+                q.kill()
+    if failed is not None:
+        for p in procs:
+            p.join()
+        raise RuntimeError(f"a worker failed: exit code {failed}")
     return time.perf_counter() - t0
 
 
@@ -167,17 +174,26 @@ def main():
             for label, runs in plan:
                 order = runs if rnd % 2 == 0 else runs[::-1]
                 for k, fn in order:
-                    results[label][k].append(fn())
+                    try:
+                        results[label][k].append(fn())
+                    except Exception as e:  # a transport that fails is reported, not fatal
+                        print(f"round {rnd + 1} {label}: {k} FAILED: {e}", flush=True)
+                        results[label][k].append(float("nan"))
                 line = "  ".join(f"{k} {results[label][k][-1]:,.0f}/s" for k, _ in runs)
                 print(f"round {rnd + 1} {label}: {line}", flush=True)
         print("\nmedian messages/s, and pagepipe's ratio to each (per-round range):")
         for label, runs in plan:
             ours = runs[0][0]
-            med = {k: statistics.median(v) for k, v in results[label].items()}
+            med = {k: statistics.median([x for x in v if x == x] or [float("nan")])
+                   for k, v in results[label].items()}
             parts = [f"{k} {med[k]:,.0f}" for k, _ in runs]
             print(f"{label}: " + ", ".join(parts))
             for k, _ in runs[1:]:
-                per = [a / b for a, b in zip(results[label][ours], results[label][k])]
+                per = [a / b for a, b in zip(results[label][ours], results[label][k])
+                       if a == a and b == b] or [float("nan")]
+                failed = sum(x != x for x in results[label][k])
+                if failed:
+                    print(f"    ({k} failed in {failed} of {args.rounds} rounds)")
                 print(f"    {ours} / {k}: {med[ours] / med[k]:.2f}x "
                       f"({min(per):.2f}-{max(per):.2f}x)")
     finally:

@@ -32,7 +32,7 @@ from ._native import Reader, Writer, pipe
 
 __all__ = ["Pipe", "Connection", "PIPE_CAPACITY"]
 
-from ._pickle import dumps as _dumps, loads as _loads
+from ._pickle import recv_pickled as _recv_pickled, with_pickled as _with_pickled
 
 #: The capacity of each pagepipe of a Pipe(): 1 MiB, so that a message of up to that size is
 #: written without waiting for the reader (memory is used only for what is queued).
@@ -178,7 +178,7 @@ class Connection:
         """
         self._check_closed()
         self._check_writable()
-        self._writer._send_message(_dumps(obj))
+        _with_pickled(obj, self._writer._send_message)
 
     # -- receiving --
 
@@ -227,7 +227,7 @@ class Connection:
         is closed."""
         self._check_closed()
         self._check_readable()
-        return _loads(self._reader._recv_message())
+        return _recv_pickled(self._reader)
 
     def poll(self, timeout=0.0):
         """Whether a message (or end of file) is there to read, waiting at most timeout
