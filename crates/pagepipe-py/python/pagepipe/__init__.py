@@ -25,8 +25,9 @@ from ._native import DEFAULT_CAPACITY, PIPE_BUF, Reader, Writer, pipe
 from . import _reduce
 from .connection import PIPE_CAPACITY, Connection, Pipe
 from .queues import QUEUE_CAPACITY, Queue
+from . import aio
 
-__all__ = ["pipe", "Writer", "Reader", "DEFAULT_CAPACITY", "PIPE_BUF",
+__all__ = ["pipe", "Writer", "Reader", "DEFAULT_CAPACITY", "PIPE_BUF", "aio",
            "Pipe", "Connection", "PIPE_CAPACITY", "Queue", "QUEUE_CAPACITY"]
 
 _reduction.register(Writer, _reduce.reduce_end)
