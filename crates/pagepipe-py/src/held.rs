@@ -1,33 +1,54 @@
 //! One Python object's hold on a pipe end: the end (shared with the calls using it, so a
-//! `close()` from another thread never frees it under them), the descriptors it exported for
-//! a child (closed with it), and closing.
+//! `close()` from another thread never frees it under them), closing it, and its descriptors
+//! out and back in (for pickling; the Python side owns exported descriptors).
 
 use crate::error::{closed, to_py};
-use pagepipe_c::fds::{self, PipeEnd};
 use pyo3::prelude::*;
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
-/// What a `Writer` or `Reader` object holds until it is closed.
-struct Open<E> {
-    end: Arc<E>,
-    /// Descriptors handed to `multiprocessing` for a child it starts, which must stay open
-    /// until the child is started; closed with the end.
-    exported: Vec<OwnedFd>,
+/// What this module needs of either end: `pagepipe`'s own methods, named once for both.
+pub(crate) trait PipeEnd: AsRawFd + Send + Sync + Sized + 'static {
+    fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()>;
+    fn is_nonblocking(&self) -> bool;
+    /// `Writer::to_fds`: new descriptors (memory file, signal pipe) carrying a clone.
+    fn to_fds(&self) -> io::Result<[OwnedFd; 2]>;
+    /// `Writer::from_fds`: the end those descriptors carry, validated.
+    fn from_fds(fds: [OwnedFd; 2]) -> io::Result<Self>;
 }
+
+macro_rules! pipe_end {
+    ($end:ty) => {
+        impl PipeEnd for $end {
+            fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+                <$end>::set_nonblocking(self, nonblocking)
+            }
+            fn is_nonblocking(&self) -> bool {
+                <$end>::is_nonblocking(self)
+            }
+            fn to_fds(&self) -> io::Result<[OwnedFd; 2]> {
+                <$end>::to_fds(self)
+            }
+            fn from_fds(fds: [OwnedFd; 2]) -> io::Result<Self> {
+                <$end>::from_fds(fds)
+            }
+        }
+    };
+}
+
+pipe_end!(pagepipe::Writer);
+pipe_end!(pagepipe::Reader);
 
 /// A Python end's state: open, or closed (`None`).
 pub(crate) struct Held<E> {
-    state: Mutex<Option<Open<E>>>,
+    state: Mutex<Option<Arc<E>>>,
 }
 
 impl<E: PipeEnd> Held<E> {
     pub(crate) fn new(end: E) -> Held<E> {
         Held {
-            state: Mutex::new(Some(Open {
-                end: Arc::new(end),
-                exported: Vec::new(),
-            })),
+            state: Mutex::new(Some(Arc::new(end))),
         }
     }
 
@@ -35,7 +56,7 @@ impl<E: PipeEnd> Held<E> {
     /// concurrent `close()`, which then takes effect when the call returns.
     pub(crate) fn end(&self) -> PyResult<Arc<E>> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.as_ref().map(|o| o.end.clone()).ok_or_else(closed)
+        state.clone().ok_or_else(closed)
     }
 
     /// Closes this object's hold on the end; closing twice is a no-op (as for files).
@@ -63,21 +84,11 @@ impl<E: PipeEnd> Held<E> {
         Ok(!self.end()?.is_nonblocking())
     }
 
-    /// New descriptors of the end (memory file, signal pipe). With `keep`, this
-    /// object keeps them open until it is closed (for a child being started, which receives
-    /// them by number); without, the caller owns them.
-    pub(crate) fn export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
-        let end = self.end()?;
-        let fds = fds::export(&*end).map_err(to_py)?;
-        let [m, signal] = fds.each_ref().map(AsRawFd::as_raw_fd);
-        if keep {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let open = state.as_mut().ok_or_else(closed)?;
-            open.exported.extend(fds);
-        } else {
-            // The caller owns them now (it closes them).
-            let _ = fds.map(IntoRawFd::into_raw_fd);
-        }
+    /// New descriptors of the end (memory file, signal pipe), close-on-exec; the caller
+    /// owns them (`pagepipe/__init__.py` closes them once a child has them).
+    pub(crate) fn export_fds(&self) -> PyResult<(RawFd, RawFd)> {
+        let fds = self.end()?.to_fds().map_err(to_py)?;
+        let [m, signal] = fds.map(IntoRawFd::into_raw_fd);
         Ok((m, signal))
     }
 }
@@ -93,5 +104,5 @@ pub(crate) fn from_fds<E: PipeEnd>(m: RawFd, signal: RawFd) -> PyResult<E> {
     // SAFETY: the caller hands us these descriptors (multiprocessing's DupFd.detach() gives
     // the receiving process ownership); `import` validates them before use.
     let fds = [m, signal].map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    fds::import(fds).map_err(to_py)
+    E::from_fds(fds).map_err(to_py)
 }

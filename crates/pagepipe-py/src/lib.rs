@@ -15,6 +15,8 @@
 mod buffer;
 mod error;
 mod held;
+mod message;
+mod packets;
 mod reader;
 mod wait;
 mod writer;
@@ -35,10 +37,24 @@ fn pipe(capacity: usize) -> PyResult<(PyWriter, PyReader)> {
     Ok((PyWriter::new(w), PyReader::new(r)))
 }
 
+/// A queue's two pipes (`pagepipe.Queue`): `(data_writer, data_reader, lock_writer,
+/// lock_reader)`, the data pipe in packet mode with `capacity` bytes.
+#[pyfunction]
+fn _queue_pipes(capacity: usize) -> PyResult<(PyWriter, PyReader, PyWriter, PyReader)> {
+    let ((w, r), (lw, lr)) = packets::make(capacity).map_err(error::to_py)?;
+    Ok((
+        PyWriter::new(w),
+        PyReader::new(r),
+        PyWriter::new(lw),
+        PyReader::new(lr),
+    ))
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipe, m)?)?;
+    m.add_function(wrap_pyfunction!(_queue_pipes, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
     m.add("DEFAULT_CAPACITY", pagepipe::DEFAULT_CAPACITY)?;

@@ -3,7 +3,10 @@
 use crate::buffer::Buffer;
 use crate::error::to_py;
 use crate::held::{from_fds, Held};
-use crate::wait::interruptible;
+use crate::message;
+use crate::packets::{self, Got};
+use crate::wait::{duration, interruptible, DefaultTimeout};
+use crate::writer::PyWriter;
 use pagepipe::Reader;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -18,11 +21,26 @@ use std::time::Instant;
 #[pyclass(module = "pagepipe._native", name = "Reader", frozen)]
 pub(crate) struct PyReader {
     held: Held<Reader>,
+    /// `settimeout`'s default for this object's calls.
+    timeout: DefaultTimeout,
 }
 
 impl PyReader {
     pub(crate) fn new(r: Reader) -> PyReader {
-        PyReader { held: Held::new(r) }
+        PyReader {
+            held: Held::new(r),
+            timeout: DefaultTimeout::default(),
+        }
+    }
+
+    /// The end, for the queue's calls.
+    pub(crate) fn end(&self) -> PyResult<std::sync::Arc<Reader>> {
+        self.held.end()
+    }
+
+    /// The timeout of one call (see `DefaultTimeout::for_call`).
+    fn call_timeout(&self, r: &Reader, call: Option<f64>) -> PyResult<Option<std::time::Duration>> {
+        self.timeout.for_call(call, || r.read_timeout())
     }
 }
 
@@ -34,10 +52,9 @@ fn read_once(r: &Reader, buf: &mut [u8], limit: Instant) -> io::Result<usize> {
 /// Everything until end of file (a non-blocking end: until the pipe is empty; an error with
 /// nothing read is raised). Interruptible while it waits and between reads; what was read is
 /// then dropped, as `FileIO.readall` drops it.
-fn read_all(py: Python<'_>, r: &Reader) -> PyResult<Vec<u8>> {
+fn read_all(py: Python<'_>, r: &Reader, timeout: Option<std::time::Duration>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
-    let timeout = r.read_timeout().map_err(to_py)?;
     loop {
         match interruptible(py, timeout, |limit| read_once(r, &mut chunk, limit))? {
             Ok(0) => return Ok(out),
@@ -60,15 +77,64 @@ struct Fill(*mut u8);
 // used only in the closure that runs while this thread waits for it.
 unsafe impl Send for Fill {}
 
+thread_local! {
+    /// The buffer a thread's queue reads assemble messages in, kept between calls: a fresh one
+    /// of a large message's size would fault in its pages on every call.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest `SCRATCH` kept between calls.
+const SCRATCH_KEPT: usize = 64 << 20;
+
+/// A new `bytes` of `len` bytes filled by `fill` (with the GIL held; `fill` releases it to
+/// wait).
+fn new_bytes<'py>(
+    py: Python<'py>,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> PyResult<()>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if len == 0 {
+        return Ok(PyBytes::new(py, b""));
+    }
+    let n = ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("message too long"))?;
+    // SAFETY: a NULL source asks CPython for an uninitialized bytes object of `len` bytes.
+    let obj = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), n) };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `obj` is a new (owned) reference to a bytes object, referenced by nobody else.
+    let bytes: Bound<'py, PyBytes> =
+        unsafe { Bound::from_owned_ptr(py, obj).cast_into_unchecked() };
+    // SAFETY: the new object's `len` bytes; no other code sees it until we return it.
+    let dst =
+        unsafe { std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(obj).cast::<u8>(), len) };
+    fill(dst)?;
+    Ok(bytes)
+}
+
 #[pymethods]
 impl PyReader {
     /// Reads up to `n` bytes (all until end of file if `n` is negative) into a new `bytes`.
-    /// The GIL is released while it waits and copies.
-    #[pyo3(signature = (n = -1))]
-    fn read<'py>(&self, py: Python<'py>, n: isize) -> PyResult<Bound<'py, PyBytes>> {
+    /// The GIL is released while it waits and copies. `timeout` (seconds) bounds the wait
+    /// for this call (`TimeoutError` when it passes with nothing read); without it, the
+    /// object's `settimeout` applies, else the call waits as the end's mode says.
+    ///
+    /// >>> w, r = pagepipe.pipe()
+    /// >>> r.read(10, timeout=0.01)
+    /// Traceback (most recent call last):
+    /// TimeoutError: ...
+    #[pyo3(signature = (n = -1, *, timeout = None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        n: isize,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let end = self.held.end()?;
+        let timeout = self.call_timeout(&end, timeout)?;
         if n < 0 {
-            let all = read_all(py, &end)?;
+            let all = read_all(py, &end, timeout)?;
             return Ok(PyBytes::new(py, &all));
         }
         if n == 0 {
@@ -82,15 +148,13 @@ impl PyReader {
         // SAFETY: `obj` is a new bytes object of n bytes; its buffer is ours to fill.
         let fill = Fill(unsafe { ffi::PyBytes_AsString(obj) }.cast());
         let len = n as usize;
-        let got = end.read_timeout().map_err(to_py).and_then(|timeout| {
-            interruptible(py, timeout, move |limit| {
-                let f = fill;
-                // SAFETY: the new object's n bytes, referenced by nobody else (see `Fill`).
-                let buf = unsafe { std::slice::from_raw_parts_mut(f.0, len) };
-                read_once(&end, buf, limit)
-            })?
-            .map_err(to_py)
-        });
+        let got = interruptible(py, timeout, move |limit| {
+            let f = fill;
+            // SAFETY: the new object's n bytes, referenced by nobody else (see `Fill`).
+            let buf = unsafe { std::slice::from_raw_parts_mut(f.0, len) };
+            read_once(&end, buf, limit)
+        })
+        .and_then(|r| r.map_err(to_py));
         let got = match got {
             Ok(g) => g,
             Err(e) => {
@@ -112,12 +176,18 @@ impl PyReader {
 
     /// Reads up to `len(buf)` bytes straight into the writable buffer-protocol object `buf`
     /// (no intermediate copy); returns the count, 0 at end of file. The GIL is released
-    /// while it waits and copies.
-    fn readinto(&self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<usize> {
+    /// while it waits and copies. `timeout` as for `read`.
+    #[pyo3(signature = (buf, *, timeout = None))]
+    fn readinto(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
         let end = self.held.end()?;
+        let timeout = self.call_timeout(&end, timeout)?;
         let view = Buffer::get(buf, true)?;
         let raw = view.raw();
-        let timeout = end.read_timeout().map_err(to_py)?;
         let result = interruptible(py, timeout, move |limit| {
             // SAFETY: `view` is held, writable, until after this returns.
             let bytes = unsafe { raw.bytes_mut() };
@@ -155,6 +225,29 @@ impl PyReader {
         self.held.get_blocking()
     }
 
+    /// The default timeout of this object's reads, in seconds (`None`: wait as the end's
+    /// mode says), as `socket.settimeout` sets one per socket object. Other holders of the
+    /// end, here or in other processes, keep their own.
+    ///
+    /// >>> w, r = pagepipe.pipe()
+    /// >>> r.settimeout(0.05); r.gettimeout()
+    /// 0.05
+    fn settimeout(&self, timeout: Option<f64>) -> PyResult<()> {
+        self.timeout.set(duration(timeout)?);
+        Ok(())
+    }
+
+    /// The default timeout set by `settimeout`.
+    fn gettimeout(&self) -> Option<f64> {
+        self.timeout.get().map(|d| d.as_secs_f64())
+    }
+
+    /// Bytes queued now, without waiting (`FIONREAD`): a snapshot.
+    #[getter]
+    fn queued(&self) -> PyResult<usize> {
+        Ok(self.held.end()?.len())
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
@@ -173,15 +266,87 @@ impl PyReader {
         }
     }
 
-    /// New descriptors of this end for a child process (see `pagepipe.__init__`).
-    #[pyo3(signature = (keep = true))]
-    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
-        self.held.export_fds(keep)
+    /// New descriptors of this end for another process, owned by the caller (see
+    /// `pagepipe.__init__`).
+    fn _export_fds(&self) -> PyResult<(RawFd, RawFd)> {
+        self.held.export_fds()
     }
 
     /// The end whose descriptors `_export_fds` gave; takes them.
     #[staticmethod]
     fn _from_fds(m: RawFd, signal: RawFd) -> PyResult<PyReader> {
         Ok(PyReader::new(from_fds(m, signal)?))
+    }
+
+    /// One whole message (`pagepipe.Connection.recv_bytes`): `EOFError` at end of file before
+    /// it, `OSError` inside it; `None` (nothing of it read) when longer than `maxlength`.
+    #[pyo3(signature = (maxlength = None))]
+    fn _recv_message<'py>(
+        &self,
+        py: Python<'py>,
+        maxlength: Option<usize>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let end = self.held.end()?;
+        let Some(len) = message::recv_len(py, &end)? else {
+            return Err(message::eof());
+        };
+        if maxlength.is_some_and(|m| len > m) {
+            return Ok(None);
+        }
+        new_bytes(py, len, |dst| message::recv_body(py, &end, dst)).map(Some)
+    }
+
+    /// One whole message into `buf` at byte `offset` (`Connection.recv_bytes_into`): its
+    /// length and `None`, or, when it does not fit, its length and the message as `bytes`
+    /// (for `BufferTooShort`).
+    fn _recv_message_into<'py>(
+        &self,
+        py: Python<'py>,
+        buf: &Bound<'_, PyAny>,
+        offset: usize,
+    ) -> PyResult<(usize, Option<Bound<'py, PyBytes>>)> {
+        let end = self.held.end()?;
+        let view = Buffer::get(buf, true)?;
+        let raw = view.raw();
+        let Some(len) = message::recv_len(py, &end)? else {
+            return Err(message::eof());
+        };
+        if offset.checked_add(len).is_none_or(|e| e > raw.len) {
+            drop(view);
+            let whole = new_bytes(py, len, |dst| message::recv_body(py, &end, dst))?;
+            return Ok((len, Some(whole)));
+        }
+        // SAFETY: `view` is held, writable, until after this returns; offset + len fits.
+        let dst = unsafe { &mut raw.bytes_mut()[offset..offset + len] };
+        let got = message::recv_body(py, &end, dst);
+        drop(view);
+        got.map(|()| (len, None))
+    }
+
+    /// `pagepipe.Queue.get`'s read: the next whole message of this packet pipe, holding the
+    /// queue's lock pipe's read side (`lock_r`; `lock_w` is its write side, to tell a dead
+    /// writer's partial message). `None` if `timeout` (seconds; `None`: forever) passes first.
+    #[pyo3(signature = (lock_r, lock_w, timeout))]
+    fn _get_message<'py>(
+        &self,
+        py: Python<'py>,
+        lock_r: PyRef<'_, PyReader>,
+        lock_w: PyRef<'_, PyWriter>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let (data, lr, lw) = (self.held.end()?, lock_r.end()?, lock_w.end()?);
+        let deadline = duration(timeout)?.map(|t| std::time::Instant::now() + t);
+        let signals = || Python::attach(|py| py.check_signals());
+        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals, &mut out));
+        let message = match got {
+            Ok(Got::Message) => Ok(Some(PyBytes::new(py, &out))),
+            Ok(Got::Empty) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if out.capacity() <= SCRATCH_KEPT {
+            SCRATCH.with(|s| *s.borrow_mut() = out);
+        }
+        message
     }
 }

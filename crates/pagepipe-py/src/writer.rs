@@ -3,10 +3,13 @@
 use crate::buffer::Buffer;
 use crate::error::to_py;
 use crate::held::{from_fds, Held};
-use crate::wait::interruptible;
+use crate::message;
+use crate::packets::{self, Put};
+use crate::wait::{duration, interruptible, DefaultTimeout};
 use pagepipe::Writer;
 use pyo3::prelude::*;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 /// The write end of a pagepipe. `write(b)` blocks until all of `b` is in the pipe (a
 /// non-blocking end writes what fits); writes of at most `PIPE_BUF` bytes are atomic.
@@ -14,11 +17,21 @@ use std::os::fd::RawFd;
 #[pyclass(module = "pagepipe._native", name = "Writer", frozen)]
 pub(crate) struct PyWriter {
     held: Held<Writer>,
+    /// `settimeout`'s default for this object's calls.
+    timeout: DefaultTimeout,
 }
 
 impl PyWriter {
     pub(crate) fn new(w: Writer) -> PyWriter {
-        PyWriter { held: Held::new(w) }
+        PyWriter {
+            held: Held::new(w),
+            timeout: DefaultTimeout::default(),
+        }
+    }
+
+    /// The end, for the queue's calls.
+    pub(crate) fn end(&self) -> PyResult<std::sync::Arc<Writer>> {
+        self.held.end()
     }
 }
 
@@ -26,8 +39,7 @@ impl PyWriter {
 /// short, as `write(2)` returns), what fits on a non-blocking one. Waits in slices that
 /// Ctrl-C can end (see `wait::interruptible`): an exception a signal handler raises is
 /// raised whatever was written before it, as `socket.sendall` does.
-fn write(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<usize> {
-    let timeout = w.write_timeout().map_err(to_py)?;
+fn write(py: Python<'_>, w: &Writer, bytes: &[u8], timeout: Option<Duration>) -> PyResult<usize> {
     let mut done = 0;
     loop {
         match interruptible(py, timeout, |limit| w.write_deadline(&bytes[done..], limit))? {
@@ -47,14 +59,23 @@ fn write(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<usize> {
 #[pymethods]
 impl PyWriter {
     /// Writes the bytes of any buffer-protocol object `b`; returns the count. The GIL is
-    /// released while it copies and waits.
-    fn write(&self, py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<usize> {
+    /// released while it copies and waits. `timeout` (seconds) bounds the wait for this call:
+    /// `TimeoutError` if it passes with nothing written, else the count written so far;
+    /// without it, the object's `settimeout` applies, else the call waits as the end's mode
+    /// says.
+    ///
+    /// >>> w, r = pagepipe.pipe(4096)
+    /// >>> w.write(bytes(10000), timeout=0.01)
+    /// 4096
+    #[pyo3(signature = (b, *, timeout = None))]
+    fn write(&self, py: Python<'_>, b: &Bound<'_, PyAny>, timeout: Option<f64>) -> PyResult<usize> {
         let end = self.held.end()?;
+        let timeout = self.timeout.for_call(timeout, || end.write_timeout())?;
         let buf = Buffer::get(b, false)?;
         let raw = buf.raw();
         // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
         let bytes = unsafe { raw.bytes() };
-        let result = write(py, &end, bytes);
+        let result = write(py, &end, bytes, timeout);
         drop(buf);
         result
     }
@@ -93,6 +114,22 @@ impl PyWriter {
         Ok(self.held.end()?.capacity())
     }
 
+    /// The default timeout of this object's writes, in seconds (`None`: wait as the end's
+    /// mode says), as `socket.settimeout` sets one per socket object.
+    ///
+    /// >>> w, r = pagepipe.pipe()
+    /// >>> w.settimeout(1.5); w.gettimeout()
+    /// 1.5
+    fn settimeout(&self, timeout: Option<f64>) -> PyResult<()> {
+        self.timeout.set(duration(timeout)?);
+        Ok(())
+    }
+
+    /// The default timeout set by `settimeout`.
+    fn gettimeout(&self) -> Option<f64> {
+        self.timeout.get().map(|d| d.as_secs_f64())
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
@@ -110,15 +147,51 @@ impl PyWriter {
         }
     }
 
-    /// New descriptors of this end for a child process (see `pagepipe.__init__`).
-    #[pyo3(signature = (keep = true))]
-    fn _export_fds(&self, keep: bool) -> PyResult<(RawFd, RawFd)> {
-        self.held.export_fds(keep)
+    /// New descriptors of this end for another process, owned by the caller (see
+    /// `pagepipe.__init__`).
+    fn _export_fds(&self) -> PyResult<(RawFd, RawFd)> {
+        self.held.export_fds()
     }
 
     /// The end whose descriptors `_export_fds` gave; takes them.
     #[staticmethod]
     fn _from_fds(m: RawFd, signal: RawFd) -> PyResult<PyWriter> {
         Ok(PyWriter::new(from_fds(m, signal)?))
+    }
+
+    /// One whole message, its length first (`pagepipe.Connection.send_bytes`).
+    fn _send_message(&self, py: Python<'_>, b: &Bound<'_, PyAny>) -> PyResult<()> {
+        let end = self.held.end()?;
+        let buf = Buffer::get(b, false)?;
+        let raw = buf.raw();
+        // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+        let result = message::send(py, &end, unsafe { raw.bytes() });
+        drop(buf);
+        result
+    }
+
+    /// `pagepipe.Queue`'s write of message `id` (`b`) to this packet pipe, holding the
+    /// queue's lock pipe's write side (`lock`): with `wait`, as long as it takes (the feeder
+    /// thread); without, only if the lock is free and all of it fits now (`False`: nothing
+    /// was written).
+    fn _put_message(
+        &self,
+        py: Python<'_>,
+        lock: PyRef<'_, PyWriter>,
+        b: &Bound<'_, PyAny>,
+        id: u64,
+        wait: bool,
+    ) -> PyResult<bool> {
+        let (data, lock) = (self.held.end()?, lock.end()?);
+        let buf = Buffer::get(b, false)?;
+        let raw = buf.raw();
+        let how = if wait { Put::Wait } else { Put::Now };
+        let done = py.detach(move || {
+            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+            let bytes = unsafe { raw.bytes() };
+            packets::put(&data, &lock, bytes, id, how)
+        });
+        drop(buf);
+        done.map_err(to_py)
     }
 }

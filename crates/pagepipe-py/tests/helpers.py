@@ -1,6 +1,7 @@
 """Targets for child processes (importable under spawn and forkserver)."""
 
 import hashlib
+import time
 
 
 def pattern(n):
@@ -33,3 +34,68 @@ def write_from_queue(q, data):
     w = q.get()
     with w:
         w.write(data)
+
+
+def echo(conn):
+    """Sends back every message until b"STOP" (multiprocessing's test idiom)."""
+    for msg in iter(conn.recv_bytes, b"STOP"):
+        conn.send_bytes(msg)
+    conn.close()
+
+
+def object_echo(conn):
+    for obj in iter(conn.recv, None):
+        conn.send(obj)
+    conn.close()
+
+
+def nothing(*args):
+    pass
+
+
+def sized(i, size):
+    """Message i of `size` bytes, which says its own index and checksum (whole or not)."""
+    body = pattern(size)
+    return (i, hashlib.sha256(body).hexdigest(), body)
+
+
+def check_sized(msg):
+    i, digest, body = msg
+    assert hashlib.sha256(body).hexdigest() == digest, f"message {i} is torn"
+    return i
+
+
+def produce(q, start, sizes):
+    for k, size in enumerate(sizes):
+        q.put(sized(start + k, size))
+
+
+def consume(q, out, stop_after=None):
+    """Gets until None; sends the indices it got (each checked whole) on `out`."""
+    got = []
+    while True:
+        msg = q.get(timeout=60)
+        if msg is None:
+            break
+        got.append(check_sized(msg))
+    out.send(got)
+    out.close()
+
+
+def put_forever_big(q, ready):
+    """Holds the queue's write side forever: a message larger than the pipe, no reader."""
+    ready.set()
+    q.put(bytes(10 << 20))
+    q.close()
+    q.join_thread()
+
+
+def get_forever(q, ready):
+    ready.set()
+    q.get()
+
+
+def get_loop(q):
+    while True:
+        check_sized(q.get())
+        time.sleep(0.02)

@@ -1,5 +1,6 @@
 import array
 import asyncio
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -317,3 +318,62 @@ def test_an_end_through_a_queue_to_a_running_process():
     assert r.read() == data
     p.join(30)
     assert p.exitcode == 0
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_starting_children_with_an_end_leaves_no_descriptor_open(method):
+    # Issue 39, break 7: each start that pickled an end left two descriptors open in the
+    # parent until the end was closed (a long-lived end handed to recycled workers leaked
+    # without bound).
+    ctx = multiprocessing.get_context(method)
+    w, r = pagepipe.pipe()
+
+    def start_one():
+        p = ctx.Process(target=helpers.nothing, args=(w, r))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        p.close()  # multiprocessing's own descriptors (its sentinel) go with the Process
+
+    start_one()  # the first start opens what stays (resource tracker, forkserver socket)
+    gc.collect()
+    before = _open_fds()
+    for _ in range(10):
+        start_one()
+    gc.collect()
+    assert _open_fds() == before
+    # The end still works, and the children's copies are gone: end of file at once.
+    w.write(b"still")
+    w.close()
+    assert r.read() == b"still"
+
+
+def test_timeout_per_call_and_per_object():
+    w, r = pagepipe.pipe(4096)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        r.read(10, timeout=0.1)
+    with pytest.raises(TimeoutError):
+        r.readinto(bytearray(10), timeout=0.1)
+    assert 0.15 < time.monotonic() - start < 2
+    r.settimeout(0.05)
+    assert r.gettimeout() == 0.05
+    with pytest.raises(TimeoutError):
+        r.read(1)
+    r.settimeout(None)
+    assert r.gettimeout() is None
+    assert w.write(bytes(10000), timeout=0.05) == 4096  # what fit, then the deadline
+    with pytest.raises(TimeoutError):
+        w.write(b"x", timeout=0.05)
+    w.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        w.write(b"x")
+    with pytest.raises(ValueError):
+        w.settimeout(-1)
+    with pytest.raises(ValueError):
+        r.read(1, timeout=float("nan"))
+    assert r.read(10000, timeout=1) == bytes(4096)

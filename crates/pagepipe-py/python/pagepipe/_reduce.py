@@ -1,0 +1,141 @@
+"""Pickling ends for multiprocessing, as it pickles its own Connection objects.
+
+Each of an end's two descriptors travels as a multiprocessing.reduction.DupFd. While a child
+is being started (spawn, forkserver) DupFd hands the descriptor's number to the Popen, which
+passes it to the child at start; otherwise (a queue or connection to a running process) DupFd
+duplicates it into the resource sharer at once, and ours are closed.
+
+Unlike a Connection, which hands over its own descriptor, an end exports new ones each time
+(pagepipe's Writer.to_fds: the pipe's memory file through a description of its own, which
+holds the end as a clone does). Those handed to a starting child are closed as soon as the
+child has them: when the Popen's _launch returns (spawn and forkserver: the descriptors have
+been passed by then), which this module hooks; failing that (another Popen class), at the next
+export once that Popen has launched, or when it is collected. So starting any number of
+children leaves no descriptor open, and closing an end right after start() is end of file for
+its peer once the child closes its copy (issue 39, break 7).
+"""
+
+import os
+import threading
+import weakref
+
+from multiprocessing import context, reduction, util
+
+
+class _Exported:
+    """Descriptors exported for a child being started; closed once, by whoever comes first."""
+
+    __slots__ = ("fds", "__weakref__")
+
+    def __init__(self, fds):
+        self.fds = list(fds)
+
+    def close(self):
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# (weak reference to the Popen, _Exported) for children not yet known to have started.
+_pending = []
+_pending_lock = threading.Lock()
+
+
+def _launched(popen):
+    # Set by popen_spawn_posix and popen_forkserver after the descriptors were handed over.
+    return popen is None or getattr(popen, "sentinel", None) is not None
+
+
+def _release(popen):
+    """Closes the descriptors exported for `popen`'s child (it has them now)."""
+    with _pending_lock:
+        mine = [(ref, ex) for ref, ex in _pending if ref() is popen]
+        _pending[:] = [(ref, ex) for ref, ex in _pending if ref() is not popen]
+    for _, ex in mine:
+        ex.close()
+
+
+def _hook_launch(cls):
+    launch = cls._launch
+    if getattr(launch, "_pagepipe_hook", False):
+        return
+
+    def _launch(self, process_obj):
+        try:
+            return launch(self, process_obj)
+        finally:
+            _release(self)
+
+    _launch._pagepipe_hook = True
+    cls._launch = _launch
+
+
+def _hook_popen_classes():
+    from multiprocessing import popen_spawn_posix
+    _hook_launch(popen_spawn_posix.Popen)
+    try:
+        from multiprocessing import popen_forkserver
+    except ImportError:  # no forkserver on this platform
+        return
+    _hook_launch(popen_forkserver.Popen)
+
+
+def sweep():
+    """Closes the descriptors of every child that has started by now (or whose Popen is gone)."""
+    with _pending_lock:
+        done = [(ref, ex) for ref, ex in _pending if _launched(ref())]
+        _pending[:] = [(ref, ex) for ref, ex in _pending if not _launched(ref())]
+    for _, ex in done:
+        ex.close()
+
+
+def _keep_until_launched(popen, fds):
+    ex = _Exported(fds)
+    try:
+        ref = weakref.ref(popen)
+    except TypeError:
+        # A Popen without weak references: keep them with the Popen itself.
+        popen.__dict__.setdefault("_pagepipe_exported", []).append(ex)
+        return
+    util.Finalize(popen, ex.close)
+    with _pending_lock:
+        _pending.append((ref, ex))
+
+
+def reduce_end(end):
+    sweep()
+    popen = context.get_spawning_popen()
+    fds = end._export_fds()
+    try:
+        dup = tuple(reduction.DupFd(fd) for fd in fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    if popen is not None:
+        _keep_until_launched(popen, fds)
+    else:
+        for fd in fds:  # the resource sharer holds duplicates
+            os.close(fd)
+    return rebuild_end, (type(end), dup)
+
+
+def rebuild_end(cls, dup):
+    return cls._from_fds(*(d.detach() for d in dup))
+
+
+def _after_fork_in_child():
+    # The child's copies of a parent's pending descriptors are its own to close; its parent
+    # closes the parent's.
+    with _pending_lock:
+        pending = list(_pending)
+        _pending.clear()
+    for _, ex in pending:
+        ex.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+_hook_popen_classes()

@@ -1,0 +1,285 @@
+"""pagepipe.Queue: multiprocessing.Queue over a pagepipe.
+
+    >>> import pagepipe
+    >>> q = pagepipe.Queue()
+    >>> q.put({"job": 1}); q.get(timeout=1)
+    {'job': 1}
+    >>> q.get_nowait()
+    Traceback (most recent call last):
+    _queue.Empty
+
+Many producers and many consumers, in any processes, under fork, spawn and forkserver (pass
+the queue to the child at its start, as with multiprocessing.Queue). Every message arrives
+whole, once, whatever its size: a message is a run of 4 KiB packets written holding one side
+lock of a second, tiny pipe and read holding the other (see src/packets.rs), and side locks
+pass on when their holder dies, so a process killed in the middle of a put or a get blocks
+nobody (its partial message is dropped by the next reader).
+
+Differences from multiprocessing.Queue, all in the caller's favour or invisible to it:
+- put() pickles the object at once (multiprocessing pickles it later, in its feeder thread, so
+  a change made right after put may travel). An object that cannot be pickled is reported as
+  multiprocessing's feeder reports it (the traceback on stderr, _on_queue_feeder_error), and
+  put returns.
+- A message that fits in the pipe now goes in from the calling thread, without the feeder
+  thread's hand-off; the feeder thread (started only when needed) takes over, in order, while
+  the pipe is full or another writer holds it, so put never blocks on a full pipe unless
+  maxsize says so.
+"""
+
+import collections
+import itertools
+import os
+import sys
+import threading
+import time
+import traceback
+import weakref
+from queue import Empty, Full
+
+from multiprocessing import context as _context
+from multiprocessing import get_context
+from multiprocessing import util as _util
+
+from . import _native
+
+__all__ = ["Queue", "QUEUE_CAPACITY"]
+
+from ._pickle import dumps as _dumps, loads as _loads
+
+#: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
+QUEUE_CAPACITY = 4 << 20
+
+_sentinel = object()
+_ids = itertools.count(1)
+_pid = os.getpid()
+
+
+def _forked():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _message_id():
+    # Unique among live writers: this process's id and a counter.
+    return (_pid << 32) | (next(_ids) & 0xFFFFFFFF)
+
+
+class Queue:
+    """A process-shared FIFO queue, as multiprocessing.Queue(maxsize). See the module's
+    docstring; capacity is the pipe's size in bytes, ctx the multiprocessing context whose
+    BoundedSemaphore counts the items (qsize, full, maxsize).
+
+        >>> q = Queue(maxsize=1)
+        >>> q.put(1); q.full(), q.qsize()
+        (True, 1)
+        >>> q.put(2, timeout=0.01)
+        Traceback (most recent call last):
+        _queue.Full
+    """
+
+    def __init__(self, maxsize=0, *, ctx=None, capacity=QUEUE_CAPACITY):
+        if ctx is None:
+            ctx = get_context()
+        if maxsize <= 0:
+            from multiprocessing.synchronize import SEM_VALUE_MAX as maxsize
+        self._maxsize = maxsize
+        (self._data_w, self._data_r, self._lock_w, self._lock_r) = _native._queue_pipes(capacity)
+        self._sem = ctx.BoundedSemaphore(maxsize)
+        self._ignore_epipe = False
+        self._reset()
+        _util.register_after_fork(self, Queue._after_fork)
+
+    def __getstate__(self):
+        _context.assert_spawning(self)
+        return (self._ignore_epipe, self._maxsize, self._data_w, self._data_r,
+                self._lock_w, self._lock_r, self._sem)
+
+    def __setstate__(self, state):
+        (self._ignore_epipe, self._maxsize, self._data_w, self._data_r,
+         self._lock_w, self._lock_r, self._sem) = state
+        self._reset()
+        _util.register_after_fork(self, Queue._after_fork)
+
+    def _after_fork(self):
+        self._reset(after_fork=True)
+
+    def _reset(self, after_fork=False):
+        if after_fork:
+            self._notempty._at_fork_reinit()
+        else:
+            self._notempty = threading.Condition(threading.Lock())
+        # Pickled messages the feeder thread has still to write, and whether it is writing
+        # one now: while either holds something, put() queues behind it (FIFO per process).
+        self._buffer = collections.deque()
+        self._feeding = False
+        self._thread = None
+        self._jointhread = None
+        self._joincancelled = False
+        self._closed = False
+        self._close = None
+
+    def __repr__(self):
+        return f"<pagepipe.Queue maxsize={self._maxsize}{' closed' if self._closed else ''}>"
+
+    # -- put --
+
+    def put(self, obj, block=True, timeout=None):
+        """Puts obj in the queue. With maxsize, waits for a free place (at most timeout
+        seconds if block, not at all if not: queue.Full)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if not self._sem.acquire(block, timeout):
+            raise Full
+        try:
+            data = _dumps(obj)
+        except Exception as e:
+            self._sem.release()
+            self._report(e, obj)
+            return
+        with self._notempty:
+            if not self._buffer and not self._feeding:
+                if self._data_w._put_message(self._lock_w, data, _message_id(), False):
+                    return
+            if self._thread is None:
+                self._start_thread()
+            self._buffer.append(data)
+            self._notempty.notify()
+
+    def put_nowait(self, obj):
+        """put(obj, False)."""
+        return self.put(obj, False)
+
+    def _report(self, e, obj):
+        # As multiprocessing's feeder thread reports an object it cannot pickle.
+        if _util.is_exiting():
+            _util.info(f"error in queue thread: {e}")
+            return
+        traceback.print_exc()
+        self._on_queue_feeder_error(e, obj)
+
+    @staticmethod
+    def _on_queue_feeder_error(e, obj):
+        """Called with an exception raised while pickling obj for put (multiprocessing's
+        hook of the same name): override it in a subclass to handle it."""
+
+    # -- get --
+
+    def get(self, block=True, timeout=None):
+        """Removes and returns an item, waiting for one (at most timeout seconds if block,
+        not at all if not: queue.Empty)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if not block:
+            timeout = 0.0
+        elif timeout is not None and timeout < 0:
+            timeout = 0.0
+        data = self._data_r._get_message(self._lock_r, self._lock_w, timeout)
+        if data is None:
+            raise Empty
+        self._sem.release()
+        return _loads(data)
+
+    def get_nowait(self):
+        """get(False)."""
+        return self.get(False)
+
+    # -- state --
+
+    def qsize(self):
+        """The approximate number of items in the queue (put and not yet got)."""
+        return self._maxsize - self._sem._semlock._get_value()
+
+    def empty(self):
+        """True if no message is in the pipe now (a snapshot)."""
+        return self._data_r.queued == 0
+
+    def full(self):
+        """True if maxsize items are in the queue now (a snapshot)."""
+        return self._sem._semlock._is_zero()
+
+    # -- closing, as multiprocessing's --
+
+    def close(self):
+        """No more put or get from this process; the feeder thread writes what it holds,
+        then exits."""
+        self._closed = True
+        close = self._close
+        if close:
+            self._close = None
+            close()
+
+    def join_thread(self):
+        """Waits for the feeder thread to write everything (after close())."""
+        assert self._closed, f"Queue {self!r} not closed"
+        if self._jointhread:
+            self._jointhread()
+
+    def cancel_join_thread(self):
+        """Do not wait for the feeder thread at exit (items it holds may be lost)."""
+        self._joincancelled = True
+        try:
+            self._jointhread.cancel()
+        except AttributeError:
+            pass
+
+    # -- the feeder thread --
+
+    def _start_thread(self):
+        self._thread = threading.Thread(
+            target=Queue._feed,
+            args=(weakref.ref(self), self._buffer, self._notempty, self._data_w,
+                  self._lock_w, self._ignore_epipe, self._on_queue_feeder_error),
+            name="pagepipeQueueFeederThread",
+            daemon=True,
+        )
+        self._thread.start()
+        if not self._joincancelled:
+            self._jointhread = _util.Finalize(
+                self._thread, Queue._finalize_join, [weakref.ref(self._thread)],
+                exitpriority=-5)
+        self._close = _util.Finalize(
+            self, Queue._finalize_close, [self._buffer, self._notempty], exitpriority=10)
+
+    @staticmethod
+    def _finalize_join(twr):
+        thread = twr()
+        if thread is not None:
+            thread.join()
+
+    @staticmethod
+    def _finalize_close(buffer, notempty):
+        with notempty:
+            buffer.append(_sentinel)
+            notempty.notify()
+
+    @staticmethod
+    def _feed(qref, buffer, notempty, data_w, lock_w, ignore_epipe, onerror):
+        while True:
+            with notempty:
+                while not buffer:
+                    notempty.wait()
+                data = buffer.popleft()
+                q = qref()
+                if q is not None and data is not _sentinel:
+                    q._feeding = True
+                q = None
+            if data is _sentinel:
+                return
+            try:
+                data_w._put_message(lock_w, data, _message_id(), True)
+            except Exception as e:
+                if ignore_epipe and isinstance(e, BrokenPipeError):
+                    return
+                if _util.is_exiting():
+                    _util.info(f"error in queue thread: {e}")
+                    return
+                traceback.print_exc()
+            finally:
+                with notempty:
+                    q = qref()
+                    if q is not None:
+                        q._feeding = False
+                    q = None

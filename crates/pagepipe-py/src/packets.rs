@@ -1,0 +1,291 @@
+//! Whole messages of any size among many writers and readers in many processes, for
+//! `pagepipe.Queue`: what a byte stream cannot give (a write larger than `PIPE_BUF` may
+//! interleave with another's, a read may take half of one), built from what a pagepipe does
+//! give:
+//!
+//! - The data pipe is in packet mode with 4 KiB slots: each write of at most [`PACKET`] bytes
+//!   is one packet, placed whole or not at all even if its writer is killed during it, and each
+//!   read takes exactly one packet. A message is a run of packets, each with a [`Header`].
+//! - A second pipe, the *lock pipe*, lends its two side locks: a writer holds the lock pipe's
+//!   write side (a `WriteChunk`) across all packets of a message, a reader its read side (a
+//!   `ReadChunk`; the lock pipe always holds one byte) across reading one. Side locks live in
+//!   shared memory and pass on when their holder dies (pagepipe's dead-peer rules), so a
+//!   process killed holding one blocks nobody.
+//! - A process killed in the middle of a message leaves a partial run: a writer's is followed
+//!   by another message's first packet (the reader drops the partial one); a reader's leaves
+//!   packets without a first one, which the next reader drops. A reader that waits in the
+//!   middle of a message for a while asks whether the lock pipe's write side is free: a
+//!   writer holds it until its message is whole, so a free side means its writer is gone.
+
+use crate::wait::SLICE;
+use pagepipe::{Reader, Writer, PIPE_BUF};
+use pyo3::exceptions::{PyEOFError, PyOSError};
+use pyo3::prelude::*;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The data pipe's slot size and so its largest packet.
+pub(crate) const PACKET: usize = PIPE_BUF;
+/// A packet's header: magic, flags, message id, message length, offset of this packet's bytes.
+const HEADER: usize = 32;
+/// The bytes of a message one packet carries.
+const BODY: usize = PACKET - HEADER;
+const MAGIC: u32 = u32::from_le_bytes(*b"PPQ1");
+/// The packet that starts a message.
+const FIRST: u32 = 1;
+/// How long a writer that must not wait (a `put` from the caller's thread) waits for the lock
+/// pipe's write side: its write timeout.
+pub(crate) const LOCK_TRY: Duration = Duration::from_millis(2);
+/// How long a reader waits for the lock pipe's read side before it looks at its deadline and
+/// at Python's signal handlers: its read timeout.
+pub(crate) const LOCK_SLICE: Duration = Duration::from_millis(10);
+
+/// One packet's header, little-endian on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    flags: u32,
+    /// Unique per message among live writers (the caller's process id and a counter).
+    id: u64,
+    total: u64,
+    offset: u64,
+}
+
+impl Header {
+    fn encode(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..16].copy_from_slice(&self.id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.total.to_le_bytes());
+        out[24..32].copy_from_slice(&self.offset.to_le_bytes());
+    }
+
+    /// The header of a packet of `n` bytes, if it is one of ours and self-consistent.
+    fn decode(p: &[u8]) -> Option<Header> {
+        if p.len() < HEADER || p[0..4] != MAGIC.to_le_bytes() {
+            return None;
+        }
+        let word = |r: std::ops::Range<usize>| u64::from_le_bytes(p[r].try_into().unwrap());
+        let h = Header {
+            flags: u32::from_le_bytes(p[4..8].try_into().unwrap()),
+            id: word(8..16),
+            total: word(16..24),
+            offset: word(24..32),
+        };
+        let body = (p.len() - HEADER) as u64;
+        let fits = h.offset.checked_add(body).is_some_and(|end| end <= h.total);
+        fits.then_some(h)
+    }
+}
+
+/// How a `put` may wait.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// Not for room, and for the lock only [`LOCK_TRY`]: the message goes in whole now or
+    /// nothing is written (the caller hands it to its feeder thread).
+    Now,
+    /// As long as it takes (the feeder thread), for the lock and for room.
+    Wait,
+}
+
+/// The packets `bytes` travels as: how many.
+fn packets_for(len: usize) -> usize {
+    len.div_ceil(BODY).max(1)
+}
+
+/// Writes message `id` (`bytes`) to the packet pipe `data` holding `lock`'s write side;
+/// `Ok(false)` if [`Put::Now`] could not (nothing written). Runs without the GIL.
+pub(crate) fn put(
+    data: &Writer,
+    lock: &Writer,
+    bytes: &[u8],
+    id: u64,
+    how: Put,
+) -> io::Result<bool> {
+    let held = loop {
+        match lock.write_chunk() {
+            Ok(chunk) => break chunk,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && how == Put::Wait => continue,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    };
+    let n = packets_for(bytes.len());
+    if how == Put::Now && data.free() / PACKET < n {
+        return Ok(false);
+    }
+    let mut packet = [0u8; PACKET];
+    for i in 0..n {
+        let off = i * BODY;
+        let body = &bytes[off..bytes.len().min(off + BODY)];
+        let h = Header {
+            flags: if i == 0 { FIRST } else { 0 },
+            id,
+            total: bytes.len() as u64,
+            offset: off as u64,
+        };
+        h.encode(&mut packet);
+        packet[HEADER..HEADER + body.len()].copy_from_slice(body);
+        write_packet(data, &packet[..HEADER + body.len()])?;
+    }
+    drop(held);
+    Ok(true)
+}
+
+/// One packet, waiting for room as long as it takes (a `Put::Now` finds room for all of them,
+/// so only the feeder waits here).
+fn write_packet(data: &Writer, packet: &[u8]) -> io::Result<()> {
+    loop {
+        match data.write_deadline(packet, Instant::now() + SLICE) {
+            Ok(n) if n == packet.len() => return Ok(()),
+            Ok(n) => {
+                return Err(io::Error::other(format!(
+                    "a packet of {} bytes was written as {n}: the pipe is not in packet mode",
+                    packet.len()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What `get` hands back to Python.
+pub(crate) enum Got {
+    /// A whole message, in the caller's buffer.
+    Message,
+    /// The deadline passed before a message started.
+    Empty,
+}
+
+/// The message being read: its id (its bytes so far are in the caller's buffer).
+struct Partial {
+    id: u64,
+}
+
+/// Reads the next whole message from the packet pipe `data` into `out` (cleared first; a
+/// buffer the caller reuses, so that a large message does not fault in new memory each time),
+/// holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the wait for a message to start (`None`:
+/// forever; passed: only what is there now). Every [`LOCK_SLICE`] or [`SLICE`] of waiting,
+/// `signals` runs (Python's signal handlers): its error ends the call, before a message starts
+/// only. Runs without the GIL.
+pub(crate) fn get(
+    data: &Reader,
+    lock_r: &Reader,
+    lock_w: &Writer,
+    deadline: Option<Instant>,
+    signals: &dyn Fn() -> PyResult<()>,
+    out: &mut Vec<u8>,
+) -> PyResult<Got> {
+    let held = loop {
+        match lock_r.read_chunk() {
+            Ok(chunk) => break chunk,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(Got::Empty);
+                }
+                signals()?;
+            }
+            Err(e) => return Err(crate::error::to_py(e)),
+        }
+    };
+    let got = read_message(data, lock_w, deadline, signals, out);
+    drop(held);
+    got
+}
+
+/// The body of [`get`], with the read side held.
+fn read_message(
+    data: &Reader,
+    lock_w: &Writer,
+    deadline: Option<Instant>,
+    signals: &dyn Fn() -> PyResult<()>,
+    out: &mut Vec<u8>,
+) -> PyResult<Got> {
+    let mut partial: Option<Partial> = None;
+    let mut packet = [0u8; PACKET];
+    loop {
+        let slice = Instant::now() + SLICE;
+        let limit = match (&partial, deadline) {
+            (None, Some(d)) => d.min(slice),
+            _ => slice,
+        };
+        let n = match data.read_deadline(&mut packet, limit) {
+            Ok(0) => return Err(PyEOFError::new_err("the queue has no writer left")),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                match &partial {
+                    None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(Got::Empty),
+                    None => signals()?,
+                    Some(_) => {
+                        if writer_gone(lock_w)? {
+                            partial = None; // its writer died or gave up: the rest never comes
+                        }
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(crate::error::to_py(e)),
+        };
+        let Some(h) = Header::decode(&packet[..n]) else {
+            return Err(PyOSError::new_err(format!(
+                "a packet of {n} bytes in the queue's pipe is not one of a queue's"
+            )));
+        };
+        let body = &packet[HEADER..n];
+        if h.flags & FIRST != 0 {
+            if h.offset != 0 {
+                continue; // malformed: a first packet starts at 0
+            }
+            let cap = usize::try_from(h.total).unwrap_or(usize::MAX);
+            out.clear();
+            if out.try_reserve_exact(cap).is_err() {
+                return Err(PyOSError::new_err(format!(
+                    "a queued message says it has {} bytes; cannot hold that",
+                    h.total
+                )));
+            }
+            partial = Some(Partial { id: h.id });
+        }
+        let Some(p) = partial.as_ref() else {
+            continue; // the rest of a message whose reader died: dropped
+        };
+        if p.id != h.id || out.len() as u64 != h.offset {
+            partial = None; // a torn message (its writer died): dropped
+            continue;
+        }
+        out.extend_from_slice(body);
+        if out.len() as u64 == h.total {
+            return Ok(Got::Message);
+        }
+    }
+}
+
+/// Whether no writer holds the lock pipe's write side (taken and given back at once). A writer
+/// holds it from a message's first packet to its last, so while we wait in the middle of a
+/// message, a free side means that message's writer died or gave up.
+fn writer_gone(lock_w: &Writer) -> PyResult<bool> {
+    match lock_w.write_chunk() {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(false),
+        Err(e) => Err(crate::error::to_py(e)),
+    }
+}
+
+/// Makes the queue's two pipes: the packet pipe of `capacity` bytes and the lock pipe (its
+/// byte written, its timeouts set).
+pub(crate) fn make(capacity: usize) -> io::Result<((Writer, Reader), (Writer, Reader))> {
+    let data = pagepipe::Builder::new()
+        .packet_mode(true)
+        .slot_size(PACKET)
+        .capacity(capacity)
+        .max_capacity(capacity)
+        .build()?;
+    // Two slots: a write chunk needs a free one beside the byte.
+    let (lw, lr) = pagepipe::Builder::new().capacity(2 * PACKET).build()?;
+    if lw.try_write(b"L")? != 1 {
+        return Err(io::Error::other("the new lock pipe took no byte"));
+    }
+    lw.set_write_timeout(Some(LOCK_TRY))?;
+    lr.set_read_timeout(Some(LOCK_SLICE))?;
+    Ok((data, (lw, lr)))
+}
