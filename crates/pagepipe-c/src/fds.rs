@@ -1,6 +1,6 @@
 //! An end's descriptors out of a [`Writer`] or [`Reader`] and back in: what the C API's
-//! `pp_*_to_env` hands to a program it execs, and what pagepipe-py pickles for
-//! `multiprocessing`.
+//! `pp_*_to_env` hands to a program it execs (pagepipe-py calls pagepipe's `to_fds` and
+//! `from_fds` itself).
 //!
 //! An end travels as two descriptors (its region's memory file, through a description of their
 //! own, and its descriptor of the signal pipe): pagepipe's `to_fds` and `from_fds`.
@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-/// What the C API and pagepipe-py need of either end.
+/// What the C API needs of either end.
 pub trait PipeEnd: Clone + AsRawFd + Send + Sync + Sized + 'static {
     /// `"writer"` or `"reader"`, as in the `from_env` format.
     const NAME: &'static str;
