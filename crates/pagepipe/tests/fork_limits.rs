@@ -7,23 +7,11 @@
 #[path = "support/children.rs"]
 mod children;
 
-use children::{fork, reap_within, serial};
+use children::{fill_fd_table, fork, reap_within, serial};
 use pagepipe::{Reader, Writer};
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
-
-/// Fills this process's descriptor table (dups of `fd`) until `spare` numbers are left.
-fn fill_fd_table(fd: BorrowedFd<'_>, spare: usize) -> Vec<OwnedFd> {
-    let mut fillers = Vec::new();
-    while let Ok(d) = fd.try_clone_to_owned() {
-        fillers.push(d);
-    }
-    for _ in 0..spare {
-        fillers.pop();
-    }
-    fillers
-}
 
 /// Pipes that never left this process (no liveness pipe yet), then a fork with one descriptor
 /// to spare: at most one of them can get its liveness pipe (two descriptors). The parent drops

@@ -9,6 +9,7 @@ mod children;
 #[allow(dead_code)]
 mod peer;
 
+use children::fill_fd_table;
 use pagepipe::{Reader, Writer};
 use peer::Mapped;
 use std::io::{Read, Write};
@@ -295,19 +296,6 @@ fn clearing_o_direct_on_the_shared_write_end_loses_no_writable_edge() {
         full_mask, 0,
         "a full ring, yet the writer's descriptor polls POLLOUT"
     );
-}
-
-/// Fills this process's descriptor table (dups of `fd`) until `spare` numbers are left;
-/// returns the fillers.
-fn fill_fd_table(fd: BorrowedFd<'_>, spare: usize) -> Vec<std::os::fd::OwnedFd> {
-    let mut fillers = Vec::new();
-    while let Ok(d) = fd.try_clone_to_owned() {
-        fillers.push(d);
-    }
-    for _ in 0..spare {
-        fillers.pop();
-    }
-    fillers
 }
 
 /// Known limitation: a forked child must reopen the memory file of every pipe whose key

@@ -87,3 +87,16 @@ pub fn kill(pid: libc::pid_t) {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
+
+/// Fills this process's descriptor table (dups of `fd`) until `spare` numbers are left;
+/// returns the fillers (dropping them frees the table again).
+pub fn fill_fd_table(fd: std::os::fd::BorrowedFd<'_>, spare: usize) -> Vec<std::os::fd::OwnedFd> {
+    let mut fillers = Vec::new();
+    while let Ok(d) = fd.try_clone_to_owned() {
+        fillers.push(d);
+    }
+    for _ in 0..spare {
+        fillers.pop();
+    }
+    fillers
+}
