@@ -4,10 +4,10 @@
 //! round trip between two running threads is well under a microsecond through the ring, where a
 //! futex sleep and wake-up costs several. On a machine whose cores are all taken (other
 //! processes' work, or more of our threads than cores) a spinner takes the core that the thread
-//! it waits for needs, and loses. Measured on the 2-core development VM with two busy loops
-//! beside a 1 MiB pipe: the old fixed spin (4096 rounds, a `sched_yield` every 256) fell to
-//! 0.43-0.93x the kernel pipe's bandwidth; sleeping at once gave 2.4-3.6x loaded but 0.86x
-//! idle. So the spin is decided, not fixed (the kernel's optimistic spinning spins only while
+//! it waits for needs, and loses. Issue 38's held-out measurements on the 2-core development
+//! VM with busy loops beside a 1 MiB pipe: the old fixed spin (4096 rounds, a `sched_yield`
+//! every 256) fell to 0.43-0.93x the kernel pipe's bandwidth; sleeping at once gave 2.4-3.6x
+//! loaded but 0.86x idle. This policy's own figures are in the README's Results. So the spin is decided, not fixed (the kernel's optimistic spinning spins only while
 //! the lock owner runs; glibc's adaptive mutex learns its spin count from recent outcomes):
 //!
 //! - **Cores to spare.** [`cores_to_spare`] reads the runnable thread count the kernel reports
@@ -33,8 +33,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The most rounds a spin takes: about 20-60 µs on the development VM (a round loads the other
-/// side's index line, which the peer keeps writing).
+/// The most rounds a spin takes (a round loads the other side's index line, which the peer
+/// keeps writing).
 pub(crate) const MAX_SPINS: u32 = 1 << 11;
 /// The fewest rounds a learned budget keeps: a probe cheap enough to pay for itself even when
 /// it fails.
