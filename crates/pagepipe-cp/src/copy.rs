@@ -326,6 +326,24 @@ impl Seek for StdinSource<'_> {
     }
 }
 
+/// Whether `src` really has `size` bytes: its last byte reads. A sparse file's hole at the end
+/// does (as zeros); a file whose size is not its content does not (sysfs reports 4096 bytes, and
+/// no blocks, for a file of a few bytes, which cp copies as the bytes read).
+///
+/// # Errors
+/// The seek's or the read's error.
+fn reaches(src: &mut dyn ReadSeek, size: u64) -> io::Result<bool> {
+    src.seek(SeekFrom::Start(size - 1))?;
+    let mut byte = [0u8; 1];
+    loop {
+        match src.read(&mut byte) {
+            Ok(n) => return Ok(n == 1),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Feeds `n` zero bytes to `hasher` (the holes of a sparse copy, as they read back).
 fn hash_zeros(hasher: &mut Xxh3, mut n: u64) {
     static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
@@ -598,18 +616,23 @@ impl Copier<'_> {
             Layout::Dense(size)
         };
         let written = self.write_temp(&mut reader, &what, dst, Some(mode), layout)?;
-        if written.bytes < size {
+        // The size said before and after the copy, and the bytes the reads gave, which are the
+        // copy (as cp copies what it reads to the end of the file). A file whose size says
+        // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
+        // one that was truncated or grew while being read does not: that is an error.
+        let now = probe.metadata().map_err(ctx(&what))?.len();
+        if written.bytes < size && now < size {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
-                    "'{}' shrank from {size} to {} bytes while being copied (vanished or truncated)",
+                    "'{}' shrank from {size} to {now} bytes while being copied (vanished or \
+                     truncated; {} bytes copied)",
                     src.display(),
                     written.bytes
                 ),
             ));
         }
-        let now = probe.metadata().map_err(ctx(&what))?.len();
-        if now != written.bytes {
+        if now != written.bytes && now != size {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -709,12 +732,19 @@ impl Copier<'_> {
             dst.file_name()
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         );
+        let reserved = match layout {
+            Layout::Dense(size) => size,
+            _ => 0,
+        };
         let mut hasher = Xxh3::new();
         let (extents, size) = match layout {
             Layout::Sparse { size, extents } => (extents, Some(size)),
             Layout::Dense(_) | Layout::Stream => (vec![(0, u64::MAX)], None),
         };
         let mut bytes = 0u64;
+        // Whether a read met the end of the source before its size said it would: the source
+        // ends there, whatever its size says (a sysfs file says 4096 for a few bytes).
+        let mut ended = false;
         'extents: for (start, end) in extents {
             if start > bytes {
                 // A hole: nothing to write; it reads back as zeros, which --verify hashes.
@@ -728,7 +758,10 @@ impl Copier<'_> {
             while bytes < end {
                 let want = (end - bytes).min(CHUNK as u64) as usize;
                 let n = match src.read(&mut self.buf[..want]) {
-                    Ok(0) => break 'extents,
+                    Ok(0) => {
+                        ended = true;
+                        break 'extents;
+                    }
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(ctx(reading)(e)),
@@ -741,13 +774,25 @@ impl Copier<'_> {
                 self.bar.inc(n as u64);
             }
         }
-        if let Some(size) = size.filter(|&size| size > bytes) {
-            // A hole at the end: the length says how long it is.
+        let tail = size.filter(|&size| size > bytes && !ended);
+        let tail = match tail {
+            Some(size) => reaches(src, size).map_err(ctx(reading))?.then_some(size),
+            None => None,
+        };
+        if let Some(size) = tail {
+            // A hole at the end, read back as the source really has it (its last byte read):
+            // the length says how long it is.
             if self.args.verify {
                 hash_zeros(&mut hasher, size - bytes);
             }
             w.file().set_len(size).map_err(ctx(&writing))?;
             bytes = size;
+        }
+        if bytes < reserved {
+            // The source ended before its size (a file whose size is not its content, or one
+            // cut short, which the caller reports): what was reserved past the copy's end is
+            // given back. The temporary is ours alone, so the cut touches nobody's data.
+            w.file().set_len(bytes).map_err(ctx(&writing))?;
         }
         if let Some(mode) = mode {
             w.file()
