@@ -2,6 +2,7 @@
 
 use crate::cleanup::Temp;
 use crate::cli::Args;
+use crate::meta;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
 use std::collections::BTreeSet;
@@ -294,6 +295,16 @@ pub fn run(args: &Args) -> io::Result<Summary> {
     Ok(copier.summary)
 }
 
+/// The permissions a copy's temporary gets.
+enum Perms {
+    /// Created with these bits, which the kernel masks with the umask or the directory's default
+    /// ACL, as cp's `open(O_CREAT)` of a new destination is.
+    Create(u32),
+    /// Made like this existing destination (its metadata), which cp would have written into:
+    /// its mode, access ACL and owner.
+    Existing(Metadata),
+}
+
 /// What [`Copier::write_temp`] knows of its source.
 enum Layout {
     /// Standard input: read to its end.
@@ -520,19 +531,21 @@ impl Copier<'_> {
                 )))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                use std::os::unix::fs::DirBuilderExt;
-                fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(dst)
-                    .map_err(ctx(format_args!(
-                        "cannot create directory '{}'",
-                        dst.display()
-                    )))?;
-                self.dirs.insert(parent_of(dst));
+                self.make_dir(dst, meta)?;
                 true
             }
             Err(e) => return Err(ctx(format_args!("cannot stat '{}'", dst.display()))(e)),
         };
+        // cp: a new directory this process cannot fill (no u+rwx) gets it while it is filled,
+        // and its mode back after.
+        let mut restore = None;
+        if created {
+            let now = mode_of(dst)?;
+            if now & 0o700 != 0o700 {
+                set_mode(dst, now | 0o700)?;
+                restore = Some(now);
+            }
+        }
         let mut entries: Vec<_> = fs::read_dir(src)
             .and_then(|it| it.collect::<io::Result<Vec<_>>>())
             .map_err(ctx(format_args!(
@@ -550,12 +563,38 @@ impl Copier<'_> {
             // cp leaves an existing directory's mode alone.
             return Ok(());
         }
-        // Last, so that a read-only source directory's copy could be filled first.
-        let mode = meta.mode() & 0o777 & !self.umask;
-        fs::set_permissions(dst, Permissions::from_mode(mode)).map_err(ctx(format_args!(
-            "cannot set the mode of '{}'",
-            dst.display()
-        )))
+        // Last, so that a read-only source directory's copy could be filled first. cp gives
+        // back the group and other write bits `make_dir` left out, as far as the umask allows
+        // (even where a default ACL masked them: cp's own rule), and the mode the directory was
+        // made with if it was raised to fill it.
+        let omitted = meta.mode() & 0o022 & !self.umask;
+        if restore.is_none() && omitted != 0 {
+            let now = mode_of(dst)?;
+            if omitted & !now != 0 {
+                restore = Some(now);
+            }
+        }
+        match restore {
+            Some(mode) => set_mode(dst, mode | omitted),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the directory `dst` for the source directory `meta` as cp's `mkdir(2)` makes it:
+    /// with the source's mode bits (the sticky bit included) less group and other write, so
+    /// that nobody else writes into it before it is ready; the kernel then masks them with the
+    /// umask or the parent's default ACL, and a set-group-id parent passes its bit on.
+    fn make_dir(&mut self, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .mode(meta.mode() & 0o7777 & !0o022)
+            .create(dst)
+            .map_err(ctx(format_args!(
+                "cannot create directory '{}'",
+                dst.display()
+            )))?;
+        self.dirs.insert(parent_of(dst));
+        Ok(())
     }
 
     fn copy_symlink(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
@@ -601,10 +640,12 @@ impl Copier<'_> {
         self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let size = meta.len();
-        // cp: an existing destination keeps its mode; a new one gets the source's less the umask.
-        let mode = match fs::metadata(dst) {
-            Ok(d) if d.is_file() => d.mode() & 0o7777,
-            _ => meta.mode() & 0o777 & !self.umask,
+        // cp: an existing destination keeps its mode (cp writes into it); a new one is created
+        // with the source's permission bits, which the kernel masks with the umask or the
+        // directory's default ACL (never chmod'ed afterwards, which would undo that mask).
+        let perms = match fs::metadata(dst) {
+            Ok(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(meta.mode() & 0o777),
         };
         let layout = if meta.blocks() * 512 < size {
             // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
@@ -615,7 +656,7 @@ impl Copier<'_> {
         } else {
             Layout::Dense(size)
         };
-        let written = self.write_temp(&mut reader, &what, dst, Some(mode), layout)?;
+        let written = self.write_temp(&mut reader, &what, dst, perms, layout)?;
         // The size said before and after the copy, and the bytes the reads gave, which are the
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
@@ -673,23 +714,23 @@ impl Copier<'_> {
             ));
         }
         self.summary.from_stdin = true;
-        let mode = fs::metadata(dst)
-            .ok()
-            .filter(|d| d.is_file())
-            .map(|d| d.mode() & 0o7777);
+        let perms = match fs::metadata(dst) {
+            Ok(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(0o666),
+        };
         let mut stdin = StdinSource(io::stdin().lock());
         let written = self.write_temp(
             &mut stdin,
             "reading standard input",
             dst,
-            mode,
+            perms,
             Layout::Stream,
         )?;
         self.commit(written, dst)
     }
 
-    /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `mode`:
-    /// the permission bits to give it (None: a new file's default, 0666 less the umask).
+    /// Copies `src` to a fresh temporary beside `dst` and syncs it (`Writer::finish`). `perms`:
+    /// the permission bits to create it with, or the existing destination to make it like.
     /// `layout`: what is known of the source. A dense source of known size has it reserved on
     /// disk first (`Writer::preallocate`: the writeback of the copy then allocates nothing,
     /// which keeps its writes from stalling behind other writeback); where the reservation is
@@ -703,11 +744,15 @@ impl Copier<'_> {
         src: &mut dyn ReadSeek,
         reading: &str,
         dst: &Path,
-        mode: Option<u32>,
+        perms: Perms,
         layout: Layout,
     ) -> io::Result<Written> {
         let writing = format!("writing '{}'", dst.display());
-        let (temp, file) = Temp::create(dst, if mode.is_some() { 0o600 } else { 0o666 })?;
+        let create_mode = match perms {
+            Perms::Create(mode) => mode,
+            Perms::Existing(_) => 0o600,
+        };
+        let (temp, file) = Temp::create(dst, create_mode)?;
         let mut w = Writer::with_mode(file, self.mode)
             .map_err(ctx(&writing))?
             .with_window(self.args.window.min(usize::MAX as u64) as usize);
@@ -794,13 +839,8 @@ impl Copier<'_> {
             // given back. The temporary is ours alone, so the cut touches nobody's data.
             w.file().set_len(bytes).map_err(ctx(&writing))?;
         }
-        if let Some(mode) = mode {
-            w.file()
-                .set_permissions(Permissions::from_mode(mode))
-                .map_err(ctx(format_args!(
-                    "cannot set the mode of '{}'",
-                    temp.path().display()
-                )))?;
+        if let Perms::Existing(was) = &perms {
+            meta::like_existing(w.file(), dst, was, dst)?;
         }
         let stats = w.finish().map_err(ctx(&writing))?;
         Ok(Written {
@@ -1003,6 +1043,27 @@ fn kind_of(m: &Metadata) -> &'static str {
     } else {
         "not a regular file"
     }
+}
+
+/// The permission bits (and set-id and sticky bits) of `path`, not following a final symlink.
+///
+/// # Errors
+/// `lstat(2)`'s error, naming the path.
+fn mode_of(path: &Path) -> io::Result<u32> {
+    fs::symlink_metadata(path)
+        .map(|m| m.mode() & 0o7777)
+        .map_err(ctx(format_args!("cannot stat '{}'", path.display())))
+}
+
+/// `chmod(2)`, naming the path and the mode in its error.
+///
+/// # Errors
+/// The OS's error.
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    fs::set_permissions(path, Permissions::from_mode(mode)).map_err(ctx(format_args!(
+        "cannot set the mode of '{}' to {mode:04o}",
+        path.display()
+    )))
 }
 
 /// The directory holding `path` (`.` for a bare name).

@@ -17,6 +17,7 @@
 mod cleanup;
 mod cli;
 mod copy;
+mod meta;
 
 use clap::Parser;
 use cli::Args;
