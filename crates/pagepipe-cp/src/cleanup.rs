@@ -84,7 +84,7 @@ impl Temp {
     /// The OS's error from `open(2)`, its message naming `dst` (and a missing directory).
     pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
         let mut file = None;
-        let temp = Temp::make(dst, false, |path| {
+        let temp = Temp::make(dst, "", |path| {
             file = Some(
                 OpenOptions::new()
                     .write(true)
@@ -104,14 +104,40 @@ impl Temp {
     /// # Errors
     /// The OS's error from `symlink(2)`, its message naming `dst` (and a missing directory).
     pub fn symlink(dst: &Path, target: &Path) -> io::Result<Temp> {
-        Temp::make(dst, true, |path| std::os::unix::fs::symlink(target, path))
+        Temp::make(dst, "symlink ", |path| {
+            std::os::unix::fs::symlink(target, path)
+        })
+    }
+
+    /// Makes a fifo, device node or socket (`kind`: its `S_IFMT` bits) with the permission bits
+    /// `mode` (masked by the kernel with the umask or a default ACL) and device `rdev` at a fresh
+    /// temporary name beside `dst` (see [`Temp::create`]), registered for removal.
+    ///
+    /// # Errors
+    /// The OS's error from `mknod(2)`, its message naming `dst`.
+    pub fn special(dst: &Path, kind: u32, mode: u32, rdev: u64) -> io::Result<Temp> {
+        use rustix::fs::{FileType, Mode, CWD};
+        let kind = FileType::from_raw_mode(kind);
+        Temp::make(dst, "special file ", |path| {
+            rustix::fs::mknodat(CWD, path, kind, Mode::from_raw_mode(mode), rdev)
+                .map_err(Into::into)
+        })
+    }
+
+    /// Makes a hard link to `existing` at a fresh temporary name beside `dst` (see
+    /// [`Temp::create`]), registered for removal like a temporary file.
+    ///
+    /// # Errors
+    /// The OS's error from `link(2)`, its message naming `dst`.
+    pub fn hard_link(dst: &Path, existing: &Path) -> io::Result<Temp> {
+        Temp::make(dst, "hard link ", |path| std::fs::hard_link(existing, path))
     }
 
     /// Makes a fresh temporary beside `dst` with `create` (which must fail with
     /// `AlreadyExists` when the name is taken), registers it, and returns it.
     fn make(
         dst: &Path,
-        kind_is_link: bool,
+        what: &str,
         mut create: impl FnMut(&Path) -> io::Result<()>,
     ) -> io::Result<Temp> {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -147,7 +173,6 @@ impl Temp {
                 Err(e) => {
                     // Named as the user wrote it: the temporary's name is ours, and what fails
                     // (a missing or read-only directory) is the destination's.
-                    let what = if kind_is_link { "symlink " } else { "" };
                     let why = match e.kind() {
                         io::ErrorKind::NotFound => format!(
                             "cannot create {what}'{}': directory '{}' does not exist",

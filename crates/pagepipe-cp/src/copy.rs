@@ -1,11 +1,12 @@
 //! Resolving `SRC... DST` as cp does, walking trees, and copying one file through a temporary.
 
 use crate::cleanup::Temp;
-use crate::cli::Args;
-use crate::meta;
+use crate::cli::{Args, Preserve, Resolved};
+use crate::meta::{self, Kind};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
 use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, Metadata, Permissions};
 use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
@@ -265,14 +266,17 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         .paths
         .split_last()
         .ok_or_else(|| invalid("missing SRC and DST".into()))?;
+    let opts = args.resolve().map_err(invalid)?;
     let jobs = plan(srcs, dst)?;
     let total = if srcs.iter().any(|s| is_stdin(s)) {
         None
     } else {
-        Some(srcs.iter().map(|s| total_size(s, args.recursive)).sum())
+        Some(srcs.iter().map(|s| total_size(s, opts.recursive)).sum())
     };
     let mut copier = Copier {
         args,
+        opts,
+        links: HashMap::new(),
         umask: umask(),
         mode: args.mode.into(),
         bar: progress_bar(total),
@@ -438,6 +442,11 @@ struct Written {
 
 struct Copier<'a> {
     args: &'a Args,
+    /// The options as cp reads them together.
+    opts: Resolved,
+    /// With `--preserve=links`: each source with more than one link this run copied, by
+    /// device and inode, and where its copy is; the next name of it is linked to that copy.
+    links: HashMap<(u64, u64), PathBuf>,
     /// The process's umask: new files and directories get the source's permission bits less
     /// these, as cp gives them without `-p`.
     umask: u32,
@@ -465,10 +474,10 @@ impl Copier<'_> {
         // As cp: a file (not a directory) named twice on the command line is copied once, with
         // a warning. Files a recursion reaches twice (`-r a a/sub DIR`) go to two places, and
         // are copied to both.
-        let meta = if self.args.recursive {
-            fs::symlink_metadata(src)
-        } else {
+        let meta = if self.opts.follow_top {
             fs::metadata(src)
+        } else {
+            fs::symlink_metadata(src)
         };
         if let Some(meta) = meta.ok().filter(|m| !m.is_dir()) {
             if !self.first_sight(src, &meta) {
@@ -480,7 +489,7 @@ impl Copier<'_> {
                 return Ok(());
             }
         }
-        self.copy_entry(src, dst)
+        self.copy_entry(src, dst, true)
     }
 
     /// Reports an error that cp reports and goes on from (the exit status will be 1).
@@ -489,27 +498,52 @@ impl Copier<'_> {
         self.summary.skipped += 1;
     }
 
-    fn copy_entry(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
-        let meta = if self.args.recursive {
-            fs::symlink_metadata(src)
+    /// Copies `src` to `dst` by its kind; `top`: named on the command line (whose symlinks
+    /// cp follows without `-r`).
+    fn copy_entry(&mut self, src: &Path, dst: &Path, top: bool) -> io::Result<()> {
+        let follow = if top {
+            self.opts.follow_top
         } else {
+            self.opts.follow_inside
+        };
+        let meta = if follow {
             fs::metadata(src)
+        } else {
+            fs::symlink_metadata(src)
         }
         .map_err(ctx(format_args!("cannot stat '{}'", src.display())))?;
         let kind = meta.file_type();
+        if !kind.is_dir() && self.opts.preserve.links && meta.nlink() > 1 {
+            if let Some(first) = self.links.get(&(meta.dev(), meta.ino())).cloned() {
+                return self.link_to(&first, dst);
+            }
+        }
+        let copied = self.copy_kind(src, dst, &meta);
+        if copied.is_ok() && !kind.is_dir() && self.opts.preserve.links && meta.nlink() > 1 {
+            self.links
+                .insert((meta.dev(), meta.ino()), dst.to_path_buf());
+        }
+        copied
+    }
+
+    fn copy_kind(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        let kind = meta.file_type();
         if kind.is_dir() {
-            if !self.args.recursive {
+            if !self.opts.recursive {
                 self.skip(format!(
                     "-r not specified; omitting directory '{}'",
                     src.display()
                 ));
                 return Ok(());
             }
-            self.copy_dir(src, dst, &meta)
+            self.copy_dir(src, dst, meta)
         } else if kind.is_file() {
-            self.copy_file(src, dst, &meta)
+            self.copy_file(src, dst, meta)
         } else if kind.is_symlink() {
-            self.copy_symlink(src, dst)
+            self.copy_symlink(src, dst, meta)
+        } else if self.opts.recursive {
+            // cp -R makes fifos, device nodes and sockets anew (it reads them only without -R).
+            self.copy_special(src, dst, meta)
         } else {
             self.skip(format!(
                 "skipping '{}': not a regular file, directory or symlink",
@@ -555,39 +589,121 @@ impl Copier<'_> {
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             // As cp: report, and go on with the next entry.
-            if let Err(e) = self.copy_entry(&e.path(), &dst.join(e.file_name())) {
+            if let Err(e) = self.copy_entry(&e.path(), &dst.join(e.file_name()), false) {
                 self.skip(e.to_string());
             }
         }
-        if !created {
-            // cp leaves an existing directory's mode alone.
-            return Ok(());
+        let keep = self.opts.preserve;
+        if !created || keep.mode {
+            // cp leaves an existing directory's mode alone, unless it keeps the source's.
+            return self.preserve(src, meta, dst, dst, Kind::Dir);
         }
         // Last, so that a read-only source directory's copy could be filled first. cp gives
         // back the group and other write bits `make_dir` left out, as far as the umask allows
         // (even where a default ACL masked them: cp's own rule), and the mode the directory was
         // made with if it was raised to fill it.
-        let omitted = meta.mode() & 0o022 & !self.umask;
+        let omitted = meta.mode() & omitted_bits(&keep, true) & !self.umask;
         if restore.is_none() && omitted != 0 {
             let now = mode_of(dst)?;
             if omitted & !now != 0 {
                 restore = Some(now);
             }
         }
-        match restore {
-            Some(mode) => set_mode(dst, mode | omitted),
-            None => Ok(()),
+        if let Some(mode) = restore {
+            set_mode(dst, mode | omitted)?;
         }
+        self.preserve(src, meta, dst, dst, Kind::Dir)
+    }
+
+    /// A new file made without group and other bits because its owner was to change
+    /// (`--preserve=ownership` without `mode`) gets them back once it has its owner, as far as
+    /// the umask allows, as cp gives them back.
+    fn give_back_omitted(&self, meta: &Metadata, at: &Path) -> io::Result<()> {
+        let keep = &self.opts.preserve;
+        if keep.mode || !keep.ownership {
+            return Ok(());
+        }
+        let omitted = meta.mode() & omitted_bits(keep, false) & !self.umask;
+        let now = mode_of(at)?;
+        if omitted & !now != 0 {
+            set_mode(at, now | omitted)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the copy at `at` (`named` for the user) what `--preserve` keeps of `src`.
+    fn preserve(
+        &self,
+        src: &Path,
+        meta: &Metadata,
+        at: &Path,
+        named: &Path,
+        kind: Kind,
+    ) -> io::Result<()> {
+        let keep = &self.opts.preserve;
+        if !keep.any_metadata() {
+            return Ok(());
+        }
+        meta::preserve(src, meta, at, named, kind, keep)
+    }
+
+    /// Makes `dst` another name of the copy at `first` (`--preserve=links`), through a
+    /// temporary name and a rename, as every copy is put in place.
+    fn link_to(&mut self, first: &Path, dst: &Path) -> io::Result<()> {
+        self.refuse_just_created(&format!("a link to '{}'", first.display()), dst)?;
+        let (a, b) = (fs::symlink_metadata(first), fs::symlink_metadata(dst));
+        if let (Ok(a), Ok(b)) = (&a, &b) {
+            if a.dev() == b.dev() && a.ino() == b.ino() {
+                return Ok(()); // linked already (a rename onto itself would do nothing)
+            }
+        }
+        if b.is_ok_and(|b| b.is_dir()) {
+            return Err(invalid(format!(
+                "cannot overwrite directory '{}' with non-directory",
+                dst.display()
+            )));
+        }
+        let temp = Temp::hard_link(dst, first)?;
+        temp.commit(dst)?;
+        self.dirs.insert(parent_of(dst));
+        self.created.insert(dst.to_path_buf());
+        self.summary.files += 1;
+        Ok(())
+    }
+
+    /// Makes a fifo, device node or socket at `dst` like `src`, as cp -R does (`mknod(2)`,
+    /// with the source's permission bits for the kernel to mask with the umask or a default
+    /// ACL), through a temporary name and a rename.
+    fn copy_special(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
+        if fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir()) {
+            return Err(invalid(format!(
+                "cannot overwrite directory '{}' with non-directory '{}'",
+                dst.display(),
+                src.display()
+            )));
+        }
+        let keep = self.opts.preserve;
+        let mode = meta.mode() & 0o7777 & !omitted_bits(&keep, false);
+        let temp = Temp::special(dst, meta.mode() & libc::S_IFMT, mode, meta.rdev())?;
+        self.preserve(src, meta, temp.path(), dst, Kind::File)?;
+        self.give_back_omitted(meta, temp.path())?;
+        temp.commit(dst)?;
+        self.dirs.insert(parent_of(dst));
+        self.created.insert(dst.to_path_buf());
+        self.summary.files += 1;
+        Ok(())
     }
 
     /// Makes the directory `dst` for the source directory `meta` as cp's `mkdir(2)` makes it:
-    /// with the source's mode bits (the sticky bit included) less group and other write, so
-    /// that nobody else writes into it before it is ready; the kernel then masks them with the
+    /// with the source's mode bits (the sticky bit included) less group and other write (all of
+    /// group and other's when the owner is to change), so that nobody else writes into it
+    /// before it is ready; the kernel then masks them with the
     /// umask or the parent's default ACL, and a set-group-id parent passes its bit on.
     fn make_dir(&mut self, dst: &Path, meta: &Metadata) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         fs::DirBuilder::new()
-            .mode(meta.mode() & 0o7777 & !0o022)
+            .mode(meta.mode() & 0o7777 & !omitted_bits(&self.opts.preserve, true))
             .create(dst)
             .map_err(ctx(format_args!(
                 "cannot create directory '{}'",
@@ -597,7 +713,7 @@ impl Copier<'_> {
         Ok(())
     }
 
-    fn copy_symlink(&mut self, src: &Path, dst: &Path) -> io::Result<()> {
+    fn copy_symlink(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
         let target = fs::read_link(src)
             .map_err(ctx(format_args!("cannot read link '{}'", src.display())))?;
         if fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir()) {
@@ -609,6 +725,7 @@ impl Copier<'_> {
         self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
         // A registered temporary, so that a signal between the two steps removes it too.
         let temp = Temp::symlink(dst, &target)?; // its error names dst
+        self.preserve(src, meta, temp.path(), dst, Kind::Symlink)?;
         temp.commit(dst)?;
         self.dirs.insert(parent_of(dst));
         self.created.insert(dst.to_path_buf());
@@ -645,7 +762,7 @@ impl Copier<'_> {
         // directory's default ACL (never chmod'ed afterwards, which would undo that mask).
         let perms = match fs::metadata(dst) {
             Ok(d) if d.is_file() => Perms::Existing(d),
-            _ => Perms::Create(meta.mode() & 0o777),
+            _ => Perms::Create(meta.mode() & 0o777 & !omitted_bits(&self.opts.preserve, false)),
         };
         let layout = if meta.blocks() * 512 < size {
             // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
@@ -656,7 +773,7 @@ impl Copier<'_> {
         } else {
             Layout::Dense(size)
         };
-        let written = self.write_temp(&mut reader, &what, dst, perms, layout)?;
+        let written = self.write_temp(&mut reader, &what, dst, perms, layout, Some((src, meta)))?;
         // The size said before and after the copy, and the bytes the reads gave, which are the
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
@@ -725,6 +842,7 @@ impl Copier<'_> {
             dst,
             perms,
             Layout::Stream,
+            None,
         )?;
         self.commit(written, dst)
     }
@@ -746,6 +864,7 @@ impl Copier<'_> {
         dst: &Path,
         perms: Perms,
         layout: Layout,
+        attrs: Option<(&Path, &Metadata)>,
     ) -> io::Result<Written> {
         let writing = format!("writing '{}'", dst.display());
         let create_mode = match perms {
@@ -841,6 +960,12 @@ impl Copier<'_> {
         }
         if let Perms::Existing(was) = &perms {
             meta::like_existing(w.file(), dst, was, dst)?;
+        }
+        if let Some((src, meta)) = attrs {
+            self.preserve(src, meta, temp.path(), dst, Kind::File)?;
+            if let Perms::Create(_) = perms {
+                self.give_back_omitted(meta, temp.path())?;
+            }
         }
         let stats = w.finish().map_err(ctx(&writing))?;
         Ok(Written {
@@ -1042,6 +1167,19 @@ fn kind_of(m: &Metadata) -> &'static str {
         "a character device"
     } else {
         "not a regular file"
+    }
+}
+
+/// The permission bits cp leaves out when it makes a file or directory, until it is ready:
+/// group and other write of a directory; all of group and other's when the owner is to be
+/// changed (`--preserve=ownership`), so that the old owner's group never gets a window.
+fn omitted_bits(keep: &Preserve, dir: bool) -> u32 {
+    if keep.ownership {
+        0o077
+    } else if dir {
+        0o022
+    } else {
+        0
     }
 }
 
