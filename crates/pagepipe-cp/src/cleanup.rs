@@ -3,7 +3,8 @@
 //! A copy is written to a temporary name beside its destination and renamed over it only when it
 //! is complete, durable and (on request) verified, so a destination name never holds a partial
 //! copy. [`Temp`] removes its file when dropped uncommitted (every error path), and a signal
-//! handler removes the one temporary being written if the user interrupts the copy. SIGKILL
+//! handler removes every temporary (the one being written and a batch's, see `batch.rs`) if
+//! the user interrupts the copy. SIGKILL
 //! cannot be caught: it leaves the temporary (a dot-file named `.NAME.pagepipe-cp-PID-N`), never
 //! a complete-looking destination.
 
@@ -16,10 +17,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-/// The path of the temporary being written (a `CString` leaked with `into_raw`), or null. Whoever
-/// swaps a non-null pointer out owns it: the signal handler (which unlinks the file and never
-/// frees) or [`Temp`] (which frees it). So the handler never reads freed memory.
-static CURRENT: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// How many temporaries may exist at once: a batch's (`batch::MAX_FILES`) and the one being
+/// written, with room to spare.
+pub const MAX_TEMPS: usize = crate::batch::MAX_FILES + 64;
+
+/// The paths of the temporaries that exist (each a `CString` leaked with `into_raw`), or null.
+/// Whoever swaps a non-null pointer out of its slot owns it: the signal handler (which unlinks
+/// the file and never frees) or [`Temp`] (which frees it). So the handler never reads freed
+/// memory.
+static SLOTS: [AtomicPtr<libc::c_char>; MAX_TEMPS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_TEMPS];
 
 /// Installs the handler that removes the current temporary on SIGINT, SIGTERM and SIGHUP, then
 /// dies of the same signal (so the exit status says "interrupted", as cp's does), and ignores
@@ -50,13 +57,16 @@ pub fn install_signal_handlers() -> io::Result<()> {
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // AcqRel: the Acquire half pairs with the Release swap in `Temp::register`, so the path's
-    // bytes are visible here; taking the pointer makes the handler its owner (see CURRENT).
-    let path = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !path.is_null() {
-        // SAFETY: a NUL-terminated string leaked by `Temp::register` and owned by us now
-        // (nobody frees it after this swap); unlink(2) is async-signal-safe.
-        unsafe { libc::unlink(path) };
+    for slot in &SLOTS {
+        // AcqRel: the Acquire half pairs with the Release CAS in `Temp::register`, so the
+        // path's bytes are visible here; taking the pointer makes the handler its owner (see
+        // SLOTS).
+        let path = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !path.is_null() {
+            // SAFETY: a NUL-terminated string leaked by `Temp::register` and owned by us now
+            // (nobody frees it after this swap); unlink(2) is async-signal-safe.
+            unsafe { libc::unlink(path) };
+        }
     }
     // SAFETY: signal(2) and raise(3) are async-signal-safe; restoring the default action and
     // re-raising ends the process with this signal's status.
@@ -71,8 +81,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
 #[derive(Debug)]
 pub struct Temp {
     path: PathBuf,
-    /// The pointer this temp stored in CURRENT, to take back (and free) on commit or drop.
+    /// The pointer this temp stored in SLOTS, to take back (and free) on commit or drop.
     registered: *mut libc::c_char,
+    /// Its slot in SLOTS.
+    slot: usize,
     committed: bool,
 }
 
@@ -161,6 +173,7 @@ impl Temp {
                 let mut temp = Temp {
                     path: path.clone(),
                     registered: std::ptr::null_mut(),
+                    slot: 0,
                     committed: false,
                 };
                 temp.register();
@@ -192,17 +205,32 @@ impl Temp {
         &self.path
     }
 
+    /// Puts the path in a free slot of SLOTS, for the signal handler. All slots taken (more
+    /// temporaries than a batch makes: a bug) leaves it unregistered: a signal then leaves it
+    /// behind, for the next run's clean-up (`stale.rs`).
     fn register(&mut self) {
         // A path with an interior NUL cannot be opened, so `create` never gets here with one.
         let Ok(c) = CString::new(self.path.as_os_str().as_bytes()) else {
             return;
         };
         let raw = c.into_raw();
-        self.registered = raw;
-        // AcqRel: the Release half pairs with the Acquire swap in `on_signal` (the handler sees
-        // the whole string); a previous pointer left by a leaked Temp is ours to free.
-        let old = CURRENT.swap(raw, Ordering::AcqRel);
-        free_if_ours(old);
+        for (i, slot) in SLOTS.iter().enumerate() {
+            // Release: pairs with the Acquire swap in `on_signal` (the handler sees the whole
+            // string). Relaxed on failure: the slot is taken, nothing is read.
+            let put = slot.compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+            if put.is_ok() {
+                self.registered = raw;
+                self.slot = i;
+                return;
+            }
+        }
+        debug_assert!(false, "more than {MAX_TEMPS} temporaries at once");
+        free_if_ours(raw);
     }
 
     /// Takes the path back from the signal handler, if the handler has not taken it.
@@ -210,10 +238,9 @@ impl Temp {
         if self.registered.is_null() {
             return;
         }
-        // AcqRel: pairs with the swaps in `on_signal` and `register`; only if the pointer is
-        // still ours do we free it (otherwise the handler owns it, or another Temp replaced it
-        // and freed it already).
-        let swapped = CURRENT.compare_exchange(
+        // AcqRel: pairs with the swap in `on_signal` and the CAS in `register`; only if the
+        // pointer is still in our slot do we free it (otherwise the handler owns it).
+        let swapped = SLOTS[self.slot].compare_exchange(
             self.registered,
             std::ptr::null_mut(),
             Ordering::AcqRel,
@@ -266,7 +293,7 @@ fn temp_name(name: &std::ffi::OsStr, pid: u32, n: u64) -> OsString {
 /// Frees a pointer made by `CString::into_raw` in `Temp::register` (null: nothing).
 fn free_if_ours(p: *mut libc::c_char) {
     if !p.is_null() {
-        // SAFETY: `p` came from CString::into_raw in `register` and was swapped out of CURRENT
+        // SAFETY: `p` came from CString::into_raw in `register` and was swapped out of SLOTS
         // by the caller, who thereby owns it; the signal handler can no longer reach it.
         drop(unsafe { CString::from_raw(p) });
     }

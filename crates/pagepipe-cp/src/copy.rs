@@ -1,5 +1,6 @@
 //! Resolving `SRC... DST` as cp does, walking trees, and copying one file through a temporary.
 
+use crate::batch::{self, Batch, Pending, Sink};
 use crate::cleanup::Temp;
 use crate::cli::{Args, Preserve, Resolved};
 use crate::meta::{self, Kind};
@@ -9,7 +10,7 @@ use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, Metadata, Permissions};
-use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::io::{self, IsTerminal, Read, Seek, SeekFrom};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -277,6 +278,9 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         args,
         opts,
         links: HashMap::new(),
+        batch: Batch::default(),
+        uncached_small: Mode::from(args.mode) != Mode::Fallback,
+        dir_finishes: Vec::new(),
         umask: umask(),
         mode: args.mode.into(),
         bar: progress_bar(total),
@@ -292,6 +296,7 @@ pub fn run(args: &Args) -> io::Result<Summary> {
             copier.skip(e.to_string());
         }
     }
+    copier.flush_batch();
     let synced = copier.sync_dirs();
     copier.bar.finish_and_clear();
     synced?;
@@ -307,6 +312,19 @@ enum Perms {
     /// Made like this existing destination (its metadata), which cp would have written into:
     /// its mode, access ACL and owner.
     Existing(Metadata),
+}
+
+/// How [`Copier::write_temp`] makes a copy.
+struct How<'a> {
+    /// Its permissions.
+    perms: Perms,
+    /// What is known of the source.
+    layout: Layout,
+    /// The source and its metadata, for `--preserve` (None: standard input).
+    attrs: Option<(&'a Path, &'a Metadata)>,
+    /// Written through the page cache for a batch (not synced, see `batch.rs`), or through
+    /// the dontcache writer and synced.
+    batched: bool,
 }
 
 /// What [`Copier::write_temp`] knows of its source.
@@ -437,7 +455,22 @@ struct Written {
     temp: Temp,
     bytes: u64,
     hash: u128,
-    mode: Mode,
+    /// The writer's mode; None for a small file of a batch, written through the page cache.
+    mode: Option<Mode>,
+    /// A batch's copy: its descriptor, not yet synced (see `batch.rs`).
+    unsynced: Option<File>,
+}
+
+/// What is left to do to a directory once its entries have their names: give it back its
+/// mode (or the group and other bits left out when it was made) and what `--preserve` keeps.
+/// Done when its last entry is renamed into it: a rename into it later would move its times,
+/// and a mode without write permission would refuse the rename.
+struct DirFinish {
+    src: PathBuf,
+    meta: Metadata,
+    dst: PathBuf,
+    created: bool,
+    restore: Option<u32>,
 }
 
 struct Copier<'a> {
@@ -447,6 +480,14 @@ struct Copier<'a> {
     /// With `--preserve=links`: each source with more than one link this run copied, by
     /// device and inode, and where its copy is; the next name of it is linked to that copy.
     links: HashMap<(u64, u64), PathBuf>,
+    /// Small copies written, waiting for their batch's sync to be renamed into place.
+    batch: Batch,
+    /// Whether a batch's copies are written with `RWF_DONTCACHE` (until a file refuses it;
+    /// never in `--mode fallback`).
+    uncached_small: bool,
+    /// Directories whose entries are all copied, waiting for the batch's renames (in the order
+    /// they were finished: a directory's after its subdirectories').
+    dir_finishes: Vec<DirFinish>,
     /// The process's umask: new files and directories get the source's permission bits less
     /// these, as cp gives them without `-p`.
     umask: u32,
@@ -593,6 +634,31 @@ impl Copier<'_> {
                 self.skip(e.to_string());
             }
         }
+        let finish = DirFinish {
+            src: src.to_path_buf(),
+            meta: meta.clone(),
+            dst: dst.to_path_buf(),
+            created,
+            restore,
+        };
+        if self.batch.is_empty() {
+            self.finish_dir(finish)
+        } else {
+            self.dir_finishes.push(finish);
+            Ok(())
+        }
+    }
+
+    /// Finishes a directory whose entries all have their names (see [`DirFinish`]).
+    fn finish_dir(&mut self, finish: DirFinish) -> io::Result<()> {
+        let DirFinish {
+            src,
+            meta,
+            dst,
+            created,
+            mut restore,
+        } = finish;
+        let (src, meta, dst) = (&*src, &meta, &*dst);
         let keep = self.opts.preserve;
         if !created || keep.mode {
             // cp leaves an existing directory's mode alone, unless it keeps the source's.
@@ -647,9 +713,44 @@ impl Copier<'_> {
         meta::preserve(src, meta, at, named, kind, keep)
     }
 
+    /// Syncs the batch of small copies, renames each into place (or reports why not), then
+    /// finishes the directories that were waiting for them.
+    fn flush_batch(&mut self) {
+        for (copy, synced) in self.batch.sync() {
+            let Pending {
+                temp,
+                file,
+                dst,
+                bytes,
+                hash,
+            } = copy;
+            let written = Written {
+                temp,
+                bytes,
+                hash,
+                mode: None,
+                unsynced: Some(file),
+            };
+            let done = synced.and_then(|()| self.commit(written, &dst));
+            if let Err(e) = done {
+                self.skip(format!("cannot copy to '{}': {e}", dst.display()));
+            }
+        }
+        for finish in std::mem::take(&mut self.dir_finishes) {
+            let dst = finish.dst.clone();
+            if let Err(e) = self.finish_dir(finish) {
+                self.skip(
+                    ctx(format_args!("finishing directory '{}'", dst.display()))(e).to_string(),
+                );
+            }
+        }
+    }
+
     /// Makes `dst` another name of the copy at `first` (`--preserve=links`), through a
     /// temporary name and a rename, as every copy is put in place.
     fn link_to(&mut self, first: &Path, dst: &Path) -> io::Result<()> {
+        // The first copy may wait in the batch, at its temporary name.
+        self.flush_batch();
         self.refuse_just_created(&format!("a link to '{}'", first.display()), dst)?;
         let (a, b) = (fs::symlink_metadata(first), fs::symlink_metadata(dst));
         if let (Ok(a), Ok(b)) = (&a, &b) {
@@ -773,7 +874,16 @@ impl Copier<'_> {
         } else {
             Layout::Dense(size)
         };
-        let written = self.write_temp(&mut reader, &what, dst, perms, layout, Some((src, meta)))?;
+        // A small file goes in a batch, if its directory can be opened to sync its filesystem
+        // (a missing one is reported by the create, naming the destination).
+        let batched = size <= batch::SMALL && self.batch.watch(&parent_of(dst)).is_ok();
+        let how = How {
+            perms,
+            layout,
+            attrs: Some((src, meta)),
+            batched,
+        };
+        let written = self.write_temp(&mut reader, &what, dst, how)?;
         // The size said before and after the copy, and the bytes the reads gave, which are the
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
@@ -806,10 +916,9 @@ impl Copier<'_> {
         drop(reader); // drops what its last reads left cached
         self.summary.src_bytes += written.bytes;
         self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
-        self.commit(written, dst)?;
         // As named too: a symlink at `given` was followed to `dst`.
         self.created.insert(given.to_path_buf());
-        Ok(())
+        self.commit_or_defer(written, dst)
     }
 
     fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
@@ -836,14 +945,13 @@ impl Copier<'_> {
             _ => Perms::Create(0o666),
         };
         let mut stdin = StdinSource(io::stdin().lock());
-        let written = self.write_temp(
-            &mut stdin,
-            "reading standard input",
-            dst,
+        let how = How {
             perms,
-            Layout::Stream,
-            None,
-        )?;
+            layout: Layout::Stream,
+            attrs: None,
+            batched: false,
+        };
+        let written = self.write_temp(&mut stdin, "reading standard input", dst, how)?;
         self.commit(written, dst)
     }
 
@@ -862,20 +970,35 @@ impl Copier<'_> {
         src: &mut dyn ReadSeek,
         reading: &str,
         dst: &Path,
-        perms: Perms,
-        layout: Layout,
-        attrs: Option<(&Path, &Metadata)>,
+        how: How,
     ) -> io::Result<Written> {
+        let How {
+            perms,
+            layout,
+            attrs,
+            batched,
+        } = how;
         let writing = format!("writing '{}'", dst.display());
         let create_mode = match perms {
             Perms::Create(mode) => mode,
             Perms::Existing(_) => 0o600,
         };
         let (temp, file) = Temp::create(dst, create_mode)?;
-        let mut w = Writer::with_mode(file, self.mode)
-            .map_err(ctx(&writing))?
-            .with_window(self.args.window.min(usize::MAX as u64) as usize);
-        if let Layout::Dense(size) = layout {
+        let mut w = if batched {
+            Sink::Plain {
+                file,
+                pos: 0,
+                uncached: self.uncached_small,
+            }
+        } else {
+            Sink::Dontcache(
+                Writer::with_mode(file, self.mode)
+                    .map_err(ctx(&writing))?
+                    .with_window(self.args.window.min(usize::MAX as u64) as usize),
+            )
+        };
+        if let (Layout::Dense(size), Sink::Dontcache(w)) = (&layout, &mut w) {
+            let size = *size;
             match w.preallocate(size) {
                 Ok(()) => {}
                 // Refused (it may not fit in what unprivileged users may take) or failed part
@@ -916,7 +1039,7 @@ impl Copier<'_> {
                     hash_zeros(&mut hasher, start - bytes);
                 }
                 src.seek(SeekFrom::Start(start)).map_err(ctx(reading))?;
-                w.seek(SeekFrom::Start(start)).map_err(ctx(&writing))?;
+                w.seek_to(start).map_err(ctx(&writing))?;
                 bytes = start;
             }
             while bytes < end {
@@ -967,16 +1090,57 @@ impl Copier<'_> {
                 self.give_back_omitted(meta, temp.path())?;
             }
         }
-        let stats = w.finish().map_err(ctx(&writing))?;
-        Ok(Written {
-            temp,
-            bytes,
-            hash: hasher.digest128(),
-            mode: stats.mode,
-        })
+        let hash = hasher.digest128();
+        match w {
+            Sink::Plain { file, uncached, .. } => {
+                self.uncached_small &= uncached;
+                Ok(Written {
+                    temp,
+                    bytes,
+                    hash,
+                    mode: None,
+                    unsynced: Some(file),
+                })
+            }
+            Sink::Dontcache(w) => {
+                if attrs.is_some() && self.opts.preserve.any_metadata() {
+                    // The attributes are metadata that fdatasync may leave out.
+                    w.file().sync_all().map_err(ctx(&writing))?;
+                }
+                let stats = w.finish().map_err(ctx(&writing))?;
+                Ok(Written {
+                    temp,
+                    bytes,
+                    hash,
+                    mode: Some(stats.mode),
+                    unsynced: None,
+                })
+            }
+        }
+    }
+
+    /// Renames a synced copy into place now, or adds a batch's copy to the batch (synced and
+    /// renamed with it, see `batch.rs`).
+    fn commit_or_defer(&mut self, mut written: Written, dst: &Path) -> io::Result<()> {
+        let Some(file) = written.unsynced.take() else {
+            return self.commit(written, dst);
+        };
+        self.created.insert(dst.to_path_buf());
+        let full = self.batch.push(Pending {
+            temp: written.temp,
+            file,
+            dst: dst.to_path_buf(),
+            bytes: written.bytes,
+            hash: written.hash,
+        });
+        if full {
+            self.flush_batch();
+        }
+        Ok(())
     }
 
     /// Verifies (with `--verify`), measures the cache the copy left, and renames it into place.
+    /// `written.unsynced` is a synced batch's copy here, if any: its descriptor.
     fn commit(&mut self, written: Written, dst: &Path) -> io::Result<()> {
         if self.args.verify {
             let got = self.hash_back(written.temp.path())?;
@@ -993,15 +1157,20 @@ impl Copier<'_> {
             }
             self.summary.verified += 1;
         }
-        let copy = File::open(written.temp.path()).map_err(ctx(format_args!(
-            "reading '{}'",
-            written.temp.path().display()
-        )))?;
-        let cached = dontcache::cached_bytes(&copy).unwrap_or(0);
-        let mode = if written.bytes == 0 {
-            "none".to_string()
-        } else {
-            format!("{:?}", written.mode).to_lowercase()
+        let cached = match &written.unsynced {
+            Some(file) => dontcache::cached_bytes(file).unwrap_or(0),
+            None => {
+                let copy = File::open(written.temp.path()).map_err(ctx(format_args!(
+                    "reading '{}'",
+                    written.temp.path().display()
+                )))?;
+                dontcache::cached_bytes(&copy).unwrap_or(0)
+            }
+        };
+        let mode = match written.mode {
+            _ if written.bytes == 0 => "none".to_string(),
+            Some(mode) => format!("{mode:?}").to_lowercase(),
+            None => "batched".to_string(),
         };
         let bytes = written.bytes;
         written.temp.commit(dst)?;

@@ -14,6 +14,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod batch;
 mod cleanup;
 mod cli;
 mod copy;

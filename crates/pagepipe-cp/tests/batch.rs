@@ -1,0 +1,74 @@
+//! Trees of small files are made durable in batches (issue 40: one fdatasync per file made a
+//! tree of 20,000 small files take 4.7-6.7 times as long as `cp -r` + `sync`): the files'
+//! bytes are synced with one `syncfs(2)` per batch, and no copy is renamed into place before
+//! the sync that covers it. Checked on the system calls, with strace (skipped without it).
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn small_files_are_synced_in_batches_before_their_renames() {
+    let t = TempDir::new("batch");
+    let src = t.join("src");
+    for d in 0..3 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for i in 0..100 {
+            let bytes = pattern(1 + (i * 97 + d * 13) % 16384, i as u8);
+            write_file(&src.join(format!("d{d}/f{i}")), &bytes, 0o644);
+        }
+    }
+    let dst = t.join("dst");
+    let trace = t.join("trace");
+    let traced = Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=fsync,fdatasync,syncfs,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(BIN)
+        .args([Path::new("-r"), &src, &dst])
+        .output();
+    let out = match traced {
+        Ok(o) if fs::metadata(&trace).is_ok() => o,
+        _ => {
+            eprintln!("SKIPPED small_files_are_synced_in_batches_before_their_renames: no strace");
+            return;
+        }
+    };
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_same_tree(&src, &dst);
+    let trace = fs::read_to_string(&trace).unwrap();
+    let calls: Vec<&str> = trace
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|c| c.split('(').next())
+        .collect();
+    let count = |name: &str| calls.iter().filter(|c| **c == name).count();
+    assert_eq!(count("fdatasync"), 0, "a sync per file:\n{trace}");
+    let syncs = count("syncfs");
+    assert!((1..=3).contains(&syncs), "{syncs} syncfs calls:\n{trace}");
+    let renames = calls.iter().filter(|c| c.starts_with("rename")).count();
+    assert_eq!(renames, 300, "{trace}");
+    let first_sync = calls.iter().position(|c| *c == "syncfs").unwrap();
+    let first_rename = calls.iter().position(|c| c.starts_with("rename")).unwrap();
+    assert!(
+        first_sync < first_rename,
+        "a copy was renamed into place before its bytes were synced:\n{trace}"
+    );
+    // The directories that got the names are synced after the last rename.
+    let last_rename = calls.iter().rposition(|c| c.starts_with("rename")).unwrap();
+    assert!(
+        calls[last_rename..]
+            .iter()
+            .filter(|c| **c == "fsync")
+            .count()
+            >= 4,
+        "the directories were not synced after the renames:\n{trace}"
+    );
+}
