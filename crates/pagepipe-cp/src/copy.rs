@@ -6,8 +6,8 @@ use crate::cli::{Args, Preserve, Resolved};
 use crate::meta::{self, Kind};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagepipe_dontcache::{self as dontcache, Mode, Reader, Writer};
-use std::collections::BTreeSet;
 use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::{self, File, Metadata, Permissions};
 use std::io::{self, IsTerminal, Read, Seek, SeekFrom};
@@ -285,7 +285,7 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         mode: args.mode.into(),
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
-        dirs: BTreeSet::new(),
+        dirs: BTreeMap::new(),
         created: BTreeSet::new(),
         seen: BTreeSet::new(),
         summary: Summary::default(),
@@ -495,7 +495,7 @@ struct Copier<'a> {
     bar: ProgressBar,
     buf: Vec<u8>,
     /// Directories that received a new entry: synced at the end so the renames are durable.
-    dirs: BTreeSet<PathBuf>,
+    dirs: BTreeMap<PathBuf, Vec<PathBuf>>,
     /// Every destination this run put a copy at, as named and as followed: a second source for
     /// one of them (`a/x b/x DIR`) is refused, as cp refuses it, rather than replacing the first
     /// one's copy.
@@ -766,7 +766,7 @@ impl Copier<'_> {
         }
         let temp = Temp::hard_link(dst, first)?;
         temp.commit(dst)?;
-        self.dirs.insert(parent_of(dst));
+        self.named_in(dst);
         self.created.insert(dst.to_path_buf());
         self.summary.files += 1;
         Ok(())
@@ -790,7 +790,7 @@ impl Copier<'_> {
         self.preserve(src, meta, temp.path(), dst, Kind::File)?;
         self.give_back_omitted(meta, temp.path())?;
         temp.commit(dst)?;
-        self.dirs.insert(parent_of(dst));
+        self.named_in(dst);
         self.created.insert(dst.to_path_buf());
         self.summary.files += 1;
         Ok(())
@@ -810,7 +810,7 @@ impl Copier<'_> {
                 "cannot create directory '{}'",
                 dst.display()
             )))?;
-        self.dirs.insert(parent_of(dst));
+        self.named_in(dst);
         Ok(())
     }
 
@@ -828,7 +828,7 @@ impl Copier<'_> {
         let temp = Temp::symlink(dst, &target)?; // its error names dst
         self.preserve(src, meta, temp.path(), dst, Kind::Symlink)?;
         temp.commit(dst)?;
-        self.dirs.insert(parent_of(dst));
+        self.named_in(dst);
         self.created.insert(dst.to_path_buf());
         Ok(())
     }
@@ -1174,7 +1174,7 @@ impl Copier<'_> {
         };
         let bytes = written.bytes;
         written.temp.commit(dst)?;
-        self.dirs.insert(parent_of(dst));
+        self.named_in(dst);
         self.created.insert(dst.to_path_buf());
         // Counted once it has its name: a copy whose rename failed is not a copy.
         self.summary.dst_cached += cached;
@@ -1204,17 +1204,44 @@ impl Copier<'_> {
 
     /// fsyncs every directory that got a new entry, so the renames survive a crash.
     /// Each is tried, whatever the others did; the first failure is returned.
+    ///
+    /// Every failure is reported with every name this run put in that directory (a file, link
+    /// or directory copied there), since each of them may be lost in a crash; the error
+    /// returned counts them.
     fn sync_dirs(&mut self) -> io::Result<()> {
-        let mut first = Ok(());
-        for dir in std::mem::take(&mut self.dirs) {
-            let synced = File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(ctx(format_args!("syncing directory '{}'", dir.display())));
-            if first.is_ok() {
-                first = synced;
-            }
+        let (mut failed_dirs, mut at_risk) = (0, 0);
+        for (dir, names) in std::mem::take(&mut self.dirs) {
+            let synced = File::open(&dir).and_then(|d| d.sync_all());
+            let Err(e) = synced else { continue };
+            failed_dirs += 1;
+            at_risk += names.len();
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| format!("\n  '{}'", n.display()))
+                .collect();
+            self.skip(format!(
+                "syncing directory '{}' failed: {e}; these {} name(s) in it may be lost in a \
+                 crash (copy them again):{}",
+                dir.display(),
+                names.len(),
+                list.concat()
+            ));
         }
-        first
+        if failed_dirs == 0 {
+            return Ok(());
+        }
+        Err(io::Error::other(format!(
+            "{failed_dirs} directory sync(s) failed: {at_risk} copied name(s) listed above are \
+             not known to be durable"
+        )))
+    }
+
+    /// Records that `dst` got its name in its directory, which is synced at the end.
+    fn named_in(&mut self, dst: &Path) {
+        self.dirs
+            .entry(parent_of(dst))
+            .or_default()
+            .push(dst.to_path_buf());
     }
 
     /// Where a copy of `src` (as the messages name it) to `dst` goes, as cp decides: `dst`, or
