@@ -24,8 +24,9 @@ use std::path::{Path, PathBuf};
 pub const SMALL: u64 = 1 << 20;
 /// Bytes a batch may hold before it is synced: its dirty pages in the page cache.
 pub const MAX_BYTES: u64 = 64 << 20;
-/// Files a batch may hold before it is synced (each keeps a descriptor open).
-pub const MAX_FILES: usize = 1024;
+/// Files a batch may hold before it is synced (each keeps a descriptor open: within the usual
+/// limit of 1024 per process).
+pub const MAX_FILES: usize = 768;
 
 /// Where a copy's bytes go: the dontcache writer, or (a small file in a batch) the temporary's
 /// own descriptor, written through the page cache and dropped after the batch's sync.
@@ -111,10 +112,9 @@ impl Sink {
 
 /// A small copy written to its temporary, waiting for its batch's sync.
 pub struct Pending {
-    /// The temporary, renamed to `dst` after the sync.
+    /// The temporary, renamed to `dst` after the sync; its pages are dropped through its
+    /// descriptor ([`Temp::file`]) after the sync.
     pub temp: Temp,
-    /// Its descriptor: its pages are dropped through it after the sync.
-    pub file: File,
     /// Where it goes.
     pub dst: PathBuf,
     /// Its size, and the xxh3-128 of the data read (for `--verify`).
@@ -183,7 +183,10 @@ impl Batch {
         std::mem::take(&mut self.pending)
             .into_iter()
             .map(|copy| {
-                let dev = copy.file.metadata().map(|m| m.dev());
+                let file = copy.temp.file();
+                let dev = file
+                    .ok_or_else(|| io::Error::other("a batch's temporary has no descriptor"))
+                    .and_then(|f| f.metadata().map(|m| m.dev()));
                 let outcome = match dev.map(|dev| synced.get(&dev)) {
                     Ok(Some(Ok(()))) => Ok(()),
                     Ok(Some(Err(e))) => Err(io::Error::new(
@@ -196,7 +199,9 @@ impl Batch {
                     Err(e) => Err(e),
                 };
                 // Clean after the sync: the pages go. Fails only for a bad descriptor.
-                let _ = pagepipe_sys::fs::fadvise_dontneed(&copy.file, 0, 0);
+                if let Some(file) = file {
+                    let _ = sys::fs::fadvise_dontneed(file, 0, 0);
+                }
                 (copy, outcome)
             })
             .collect()

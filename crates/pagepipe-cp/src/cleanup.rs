@@ -4,10 +4,12 @@
 //! is complete, durable and (on request) verified, so a destination name never holds a partial
 //! copy. [`Temp`] removes its file when dropped uncommitted (every error path), and a signal
 //! handler removes every temporary (the one being written and a batch's, see `batch.rs`) if
-//! the user interrupts the copy. SIGKILL
+//! the user interrupts the copy (`stale.rs` removes what a SIGKILLed copy left, on the next
+//! run into the same directory). SIGKILL
 //! cannot be caught: it leaves the temporary (a dot-file named `.NAME.pagepipe-cp-PID-N`), never
 //! a complete-looking destination.
 
+use crate::stale;
 use pagepipe_sys as sys;
 use std::ffi::{CString, OsString};
 use std::fs::{File, OpenOptions};
@@ -85,6 +87,9 @@ pub struct Temp {
     registered: *mut libc::c_char,
     /// Its slot in SLOTS.
     slot: usize,
+    /// A regular temporary's own descriptor, which holds its lock (`stale::hold`) for as long
+    /// as the temporary exists, whatever the copy does with its other descriptors.
+    lock: Option<File>,
     committed: bool,
 }
 
@@ -107,6 +112,11 @@ impl Temp {
             Ok(())
         })?;
         let file = file.expect("made with the temporary");
+        let mut temp = temp;
+        let held = stale::hold(&file).and_then(|()| file.try_clone());
+        temp.lock = Some(held.map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create '{}': {e}", dst.display()))
+        })?);
         Ok((temp, file))
     }
 
@@ -158,10 +168,11 @@ impl Temp {
             _ => Path::new("."),
         };
         let name = dst.file_name().unwrap_or(dst.as_os_str());
+        stale::sweep(dir);
         loop {
             // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(temp_name(name, std::process::id(), n));
+            let path = dir.join(temp_name(name, std::process::id(), stale::own_start(), n));
             // Made and registered with asynchronous signals held on this thread: a SIGINT
             // between the two would find the new temporary unregistered and leave it behind;
             // held, it arrives once the temporary is registered, and the handler removes it. No
@@ -174,6 +185,7 @@ impl Temp {
                     path: path.clone(),
                     registered: std::ptr::null_mut(),
                     slot: 0,
+                    lock: None,
                     committed: false,
                 };
                 temp.register();
@@ -203,6 +215,11 @@ impl Temp {
     /// The temporary's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A regular temporary's own descriptor (None for a link or special file).
+    pub fn file(&self) -> Option<&File> {
+        self.lock.as_ref()
     }
 
     /// Puts the path in a free slot of SLOTS, for the signal handler. All slots taken (more
@@ -255,16 +272,13 @@ impl Temp {
     /// Renames the temporary to `dst` (replacing what was there atomically).
     ///
     /// # Errors
-    /// The OS's error from `rename(2)`, naming both paths; the temporary is then removed on drop.
+    /// The OS's error from `rename(2)`, naming `dst` as the user gave it (the temporary's name
+    /// is pagepipe-cp's own); the temporary is then removed on drop.
     pub fn commit(mut self, dst: &Path) -> io::Result<()> {
         std::fs::rename(&self.path, dst).map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!(
-                    "cannot rename '{}' to '{}': {e}",
-                    self.path.display(),
-                    dst.display()
-                ),
+                format!("cannot put the copy at '{}': {e}", dst.display()),
             )
         })?;
         self.committed = true;
@@ -276,11 +290,12 @@ impl Temp {
 /// The longest file name Linux filesystems take (`NAME_MAX`), in bytes.
 const NAME_MAX: usize = 255;
 
-/// `.NAME.pagepipe-cp-PID-N`, with NAME cut short when the whole would pass [`NAME_MAX`]: a
-/// destination name of 240 bytes or more, valid itself, must still get a temporary.
-fn temp_name(name: &std::ffi::OsStr, pid: u32, n: u64) -> OsString {
+/// `.NAME.pagepipe-cp-PID-START-N` (START: the process's start time, see `stale.rs`), with NAME
+/// cut short when the whole would pass [`NAME_MAX`]: a destination name of 240 bytes or more,
+/// valid itself, must still get a temporary.
+fn temp_name(name: &std::ffi::OsStr, pid: u32, start: u64, n: u64) -> OsString {
     use std::os::unix::ffi::OsStringExt;
-    let suffix = format!(".pagepipe-cp-{pid}-{n}");
+    let suffix = format!("{}{pid}-{start}-{n}", stale::MARK);
     let room = NAME_MAX - 1 - suffix.len();
     let bytes = name.as_bytes();
     let mut out = Vec::with_capacity(NAME_MAX);
@@ -315,10 +330,11 @@ mod tests {
     #[test]
     fn temporary_names_fit_in_name_max() {
         let long = OsString::from("x".repeat(NAME_MAX));
-        let t = temp_name(&long, u32::MAX, u64::MAX);
+        let t = temp_name(&long, u32::MAX, u64::MAX, u64::MAX);
         assert_eq!(t.len(), NAME_MAX);
         assert!(t.to_string_lossy().ends_with(&format!("-{}", u64::MAX)));
-        let short = temp_name(std::ffi::OsStr::new("a"), 7, 3);
-        assert_eq!(short, ".a.pagepipe-cp-7-3");
+        let short = temp_name(std::ffi::OsStr::new("a"), 7, 9, 3);
+        assert_eq!(short, ".a.pagepipe-cp-7-9-3");
+        assert_eq!(stale::owner_of(&short), Some((7, Some(9))));
     }
 }

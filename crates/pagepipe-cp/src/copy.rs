@@ -457,8 +457,8 @@ struct Written {
     hash: u128,
     /// The writer's mode; None for a small file of a batch, written through the page cache.
     mode: Option<Mode>,
-    /// A batch's copy: its descriptor, not yet synced (see `batch.rs`).
-    unsynced: Option<File>,
+    /// A batch's copy, not yet synced (see `batch.rs`).
+    unsynced: bool,
 }
 
 /// What is left to do to a directory once its entries have their names: give it back its
@@ -719,7 +719,6 @@ impl Copier<'_> {
         for (copy, synced) in self.batch.sync() {
             let Pending {
                 temp,
-                file,
                 dst,
                 bytes,
                 hash,
@@ -729,7 +728,7 @@ impl Copier<'_> {
                 bytes,
                 hash,
                 mode: None,
-                unsynced: Some(file),
+                unsynced: false,
             };
             let done = synced.and_then(|()| self.commit(written, &dst));
             if let Err(e) = done {
@@ -776,6 +775,8 @@ impl Copier<'_> {
     /// with the source's permission bits for the kernel to mask with the umask or a default
     /// ACL), through a temporary name and a rename.
     fn copy_special(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
+        refuse_unreplaceable(dst)?;
         self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
         if fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir()) {
             return Err(invalid(format!(
@@ -810,11 +811,14 @@ impl Copier<'_> {
                 "cannot create directory '{}'",
                 dst.display()
             )))?;
+        crate::stale::mark_clean(dst);
         self.named_in(dst);
         Ok(())
     }
 
     fn copy_symlink(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
+        refuse_unreplaceable(dst)?;
         let target = fs::read_link(src)
             .map_err(ctx(format_args!("cannot read link '{}'", src.display())))?;
         if fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir()) {
@@ -835,7 +839,9 @@ impl Copier<'_> {
 
     fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
         let given = dst;
+        refuse_trailing_slash(given)?;
         let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
+        refuse_unreplaceable(dst)?;
         if let Ok(d) = fs::metadata(dst) {
             if d.dev() == meta.dev() && d.ino() == meta.ino() {
                 return Err(invalid(format!(
@@ -922,7 +928,9 @@ impl Copier<'_> {
     }
 
     fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
         let dst = &self.destination("standard input", dst)?;
+        refuse_unreplaceable(dst)?;
         if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
             return Err(invalid(format!(
                 "cannot overwrite directory '{}' with standard input",
@@ -1092,14 +1100,15 @@ impl Copier<'_> {
         }
         let hash = hasher.digest128();
         match w {
-            Sink::Plain { file, uncached, .. } => {
+            Sink::Plain { uncached, .. } => {
+                // Its descriptor closes; the temporary's own (`Temp::file`) stays open.
                 self.uncached_small &= uncached;
                 Ok(Written {
                     temp,
                     bytes,
                     hash,
                     mode: None,
-                    unsynced: Some(file),
+                    unsynced: true,
                 })
             }
             Sink::Dontcache(w) => {
@@ -1113,7 +1122,7 @@ impl Copier<'_> {
                     bytes,
                     hash,
                     mode: Some(stats.mode),
-                    unsynced: None,
+                    unsynced: false,
                 })
             }
         }
@@ -1121,14 +1130,13 @@ impl Copier<'_> {
 
     /// Renames a synced copy into place now, or adds a batch's copy to the batch (synced and
     /// renamed with it, see `batch.rs`).
-    fn commit_or_defer(&mut self, mut written: Written, dst: &Path) -> io::Result<()> {
-        let Some(file) = written.unsynced.take() else {
+    fn commit_or_defer(&mut self, written: Written, dst: &Path) -> io::Result<()> {
+        if !written.unsynced {
             return self.commit(written, dst);
-        };
+        }
         self.created.insert(dst.to_path_buf());
         let full = self.batch.push(Pending {
             temp: written.temp,
-            file,
             dst: dst.to_path_buf(),
             bytes: written.bytes,
             hash: written.hash,
@@ -1140,10 +1148,9 @@ impl Copier<'_> {
     }
 
     /// Verifies (with `--verify`), measures the cache the copy left, and renames it into place.
-    /// `written.unsynced` is a synced batch's copy here, if any: its descriptor.
     fn commit(&mut self, written: Written, dst: &Path) -> io::Result<()> {
         if self.args.verify {
-            let got = self.hash_back(written.temp.path())?;
+            let got = self.hash_back(written.temp.path(), dst)?;
             if got != written.hash {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -1157,12 +1164,12 @@ impl Copier<'_> {
             }
             self.summary.verified += 1;
         }
-        let cached = match &written.unsynced {
+        let cached = match written.temp.file() {
             Some(file) => dontcache::cached_bytes(file).unwrap_or(0),
             None => {
                 let copy = File::open(written.temp.path()).map_err(ctx(format_args!(
-                    "reading '{}'",
-                    written.temp.path().display()
+                    "reading the copy for '{}'",
+                    dst.display()
                 )))?;
                 dontcache::cached_bytes(&copy).unwrap_or(0)
             }
@@ -1187,8 +1194,8 @@ impl Copier<'_> {
 
     /// The xxh3-128 of a file read through a dontcache Reader (so reading it back caches
     /// nothing either).
-    fn hash_back(&mut self, path: &Path) -> io::Result<u128> {
-        let what = format!("verifying '{}'", path.display());
+    fn hash_back(&mut self, path: &Path, dst: &Path) -> io::Result<u128> {
+        let what = format!("verifying the copy for '{}'", dst.display());
         let file = File::open(path).map_err(ctx(&what))?;
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let mut hasher = Xxh3::new();
@@ -1364,6 +1371,64 @@ fn kind_of(m: &Metadata) -> &'static str {
     } else {
         "not a regular file"
     }
+}
+
+/// Refuses a destination for a file that ends in `/` and is not a directory (cp: "Not a
+/// directory"), before anything is copied: the rename of a finished copy failed there, after
+/// the whole copy was written and synced, and the message named the temporary.
+///
+/// # Errors
+/// [`io::ErrorKind::NotADirectory`], naming `dst` as given.
+fn refuse_trailing_slash(dst: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if !dst.as_os_str().as_bytes().ends_with(b"/") {
+        return Ok(());
+    }
+    let why = if fs::symlink_metadata(dst).is_ok() {
+        "failed to access"
+    } else {
+        "cannot create regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::NotADirectory,
+        format!("{why} '{}': Not a directory", dst.display()),
+    ))
+}
+
+/// Refuses, before anything is copied, an existing destination the kernel will not let be
+/// replaced or written: immutable or append-only (`chattr +i`, `+a`; cp's open fails with
+/// EPERM there). The rename of a finished copy failed there, after the whole copy.
+///
+/// # Errors
+/// [`io::ErrorKind::PermissionDenied`] (EPERM), naming `dst`.
+fn refuse_unreplaceable(dst: &Path) -> io::Result<()> {
+    use rustix::fs::IFlags;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
+        .open(dst);
+    let Ok(file) = opened else {
+        return Ok(()); // missing, unreadable or a link: the copy says what is wrong, if anything
+    };
+    let Ok(flags) = rustix::fs::ioctl_getflags(&file) else {
+        return Ok(()); // a filesystem without these flags
+    };
+    if flags.intersects(IFlags::IMMUTABLE | IFlags::APPEND) {
+        let what = if flags.contains(IFlags::IMMUTABLE) {
+            "immutable"
+        } else {
+            "append-only"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "cannot create regular file '{}': Operation not permitted (it is {what})",
+                dst.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The permission bits cp leaves out when it makes a file or directory, until it is ready:

@@ -19,6 +19,7 @@ mod cleanup;
 mod cli;
 mod copy;
 mod meta;
+mod stale;
 
 use clap::Parser;
 use cli::Args;

@@ -11,8 +11,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
 mod common;
 
@@ -215,34 +214,6 @@ fn enospc_on_ext4_stops_with_no_destination() {
     };
     for mode in ["auto", "fallback"] {
         expect_enospc(&fs.dir, mode);
-    }
-}
-
-/// Starts copying stdin to `dst` and feeds it 4 MiB without closing it, so the copy is
-/// mid-way for as long as the test likes; returns once the temporary exists.
-fn start_stdin_copy(dst: &Path) -> (Child, std::process::ChildStdin) {
-    let mut child = Command::new(BIN)
-        .arg("-")
-        .arg(dst)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(&pattern(4 << 20, 8)).unwrap();
-    wait_for_temporary(dst.parent().unwrap());
-    (child, stdin)
-}
-
-fn wait_for_temporary(dir: &Path) {
-    let t0 = Instant::now();
-    while temporaries(dir).is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no temporary appeared in {dir:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -4,10 +4,12 @@
 #![allow(dead_code)]
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_pagepipe-cp");
 
@@ -127,4 +129,32 @@ pub fn cp_with(
     // SAFETY: `pre` only makes async-signal-safe system calls (close, setrlimit, umask).
     unsafe { cmd.pre_exec(pre) };
     cmd.output().unwrap()
+}
+
+/// Starts copying stdin to `dst` and feeds it 4 MiB without closing it, so the copy is
+/// mid-way for as long as the test likes; returns once the temporary exists.
+pub fn start_stdin_copy(dst: &Path) -> (Child, std::process::ChildStdin) {
+    let mut child = Command::new(BIN)
+        .arg("-")
+        .arg(dst)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&pattern(4 << 20, 8)).unwrap();
+    wait_for_temporary(dst.parent().unwrap());
+    (child, stdin)
+}
+
+pub fn wait_for_temporary(dir: &Path) {
+    let t0 = Instant::now();
+    while temporaries(dir).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no temporary appeared in {dir:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
