@@ -13,7 +13,6 @@ use crate::cleanup::Temp;
 use pagepipe_dontcache::Writer;
 use pagepipe_sys as sys;
 use std::collections::HashMap;
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -115,6 +114,8 @@ pub struct Pending {
     /// The temporary, renamed to `dst` after the sync; its pages are dropped through its
     /// descriptor ([`Temp::file`]) after the sync.
     pub temp: Temp,
+    /// The device of its filesystem (from [`Batch::watch`]).
+    pub dev: Option<u64>,
     /// Where it goes.
     pub dst: PathBuf,
     /// Its size, and the xxh3-128 of the data read (for `--verify`).
@@ -132,19 +133,19 @@ pub struct Batch {
     bytes: u64,
     /// Device number -> a directory on it, opened before its first pending copy was written.
     filesystems: HashMap<u64, File>,
-    /// The directories whose filesystem is watched already.
-    watched: HashSet<PathBuf>,
+    /// The directories whose filesystem is watched already, and its device.
+    watched: HashMap<PathBuf, u64>,
 }
 
 impl Batch {
     /// Opens (once per filesystem) a descriptor of `dir`'s filesystem, to be synced with the
-    /// batch. Call it before writing a copy into `dir`.
+    /// batch, and returns its device. Call it before writing a copy into `dir`.
     ///
     /// # Errors
     /// The OS's error opening or inspecting `dir`, naming it.
-    pub fn watch(&mut self, dir: &Path) -> io::Result<()> {
-        if self.watched.contains(dir) {
-            return Ok(());
+    pub fn watch(&mut self, dir: &Path) -> io::Result<u64> {
+        if let Some(&dev) = self.watched.get(dir) {
+            return Ok(dev);
         }
         let d = File::open(dir).map_err(|e| {
             io::Error::new(
@@ -154,8 +155,8 @@ impl Batch {
         })?;
         let dev = d.metadata()?.dev();
         self.filesystems.entry(dev).or_insert(d);
-        self.watched.insert(dir.to_path_buf());
-        Ok(())
+        self.watched.insert(dir.to_path_buf(), dev);
+        Ok(dev)
     }
 
     /// Adds a written copy; true when the batch is full and must be synced.
@@ -184,19 +185,15 @@ impl Batch {
             .into_iter()
             .map(|copy| {
                 let file = copy.temp.file();
-                let dev = file
-                    .ok_or_else(|| io::Error::other("a batch's temporary has no descriptor"))
-                    .and_then(|f| f.metadata().map(|m| m.dev()));
-                let outcome = match dev.map(|dev| synced.get(&dev)) {
-                    Ok(Some(Ok(()))) => Ok(()),
-                    Ok(Some(Err(e))) => Err(io::Error::new(
+                let outcome = match copy.dev.map(|dev| synced.get(&dev)) {
+                    Some(Some(Ok(()))) => Ok(()),
+                    Some(Some(Err(e))) => Err(io::Error::new(
                         e.kind(),
                         format!("syncing its filesystem failed, so its bytes may not be on disk: {e}"),
                     )),
-                    Ok(None) => Err(io::Error::other(
+                    _ => Err(io::Error::other(
                         "its filesystem was not synced (a copy onto a filesystem the batch did not watch)",
                     )),
-                    Err(e) => Err(e),
                 };
                 // Clean after the sync: the pages go. Fails only for a bad descriptor.
                 if let Some(file) = file {

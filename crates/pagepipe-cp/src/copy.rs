@@ -459,6 +459,8 @@ struct Written {
     mode: Option<Mode>,
     /// A batch's copy, not yet synced (see `batch.rs`).
     unsynced: bool,
+    /// A batch's copy: the device of the filesystem it is on.
+    dev: Option<u64>,
 }
 
 /// What is left to do to a directory once its entries have their names: give it back its
@@ -719,6 +721,7 @@ impl Copier<'_> {
         for (copy, synced) in self.batch.sync() {
             let Pending {
                 temp,
+                dev: _,
                 dst,
                 bytes,
                 hash,
@@ -729,6 +732,7 @@ impl Copier<'_> {
                 hash,
                 mode: None,
                 unsynced: false,
+                dev: None,
             };
             let done = synced.and_then(|()| self.commit(written, &dst));
             if let Err(e) = done {
@@ -841,8 +845,12 @@ impl Copier<'_> {
         let given = dst;
         refuse_trailing_slash(given)?;
         let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
-        refuse_unreplaceable(dst)?;
-        if let Ok(d) = fs::metadata(dst) {
+        // Looked at once: a new name (the common case in a tree) costs one failed stat.
+        let existing = fs::metadata(dst).ok();
+        if existing.is_some() {
+            refuse_unreplaceable(dst)?;
+        }
+        if let Some(d) = &existing {
             if d.dev() == meta.dev() && d.ino() == meta.ino() {
                 return Err(invalid(format!(
                     "'{}' and '{}' are the same file",
@@ -867,8 +875,8 @@ impl Copier<'_> {
         // cp: an existing destination keeps its mode (cp writes into it); a new one is created
         // with the source's permission bits, which the kernel masks with the umask or the
         // directory's default ACL (never chmod'ed afterwards, which would undo that mask).
-        let perms = match fs::metadata(dst) {
-            Ok(d) if d.is_file() => Perms::Existing(d),
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
             _ => Perms::Create(meta.mode() & 0o777 & !omitted_bits(&self.opts.preserve, false)),
         };
         let layout = if meta.blocks() * 512 < size {
@@ -882,14 +890,20 @@ impl Copier<'_> {
         };
         // A small file goes in a batch, if its directory can be opened to sync its filesystem
         // (a missing one is reported by the create, naming the destination).
-        let batched = size <= batch::SMALL && self.batch.watch(&parent_of(dst)).is_ok();
+        let fs_dev = if size <= batch::SMALL {
+            self.batch.watch(&parent_of(dst)).ok()
+        } else {
+            None
+        };
+        let batched = fs_dev.is_some();
         let how = How {
             perms,
             layout,
             attrs: Some((src, meta)),
             batched,
         };
-        let written = self.write_temp(&mut reader, &what, dst, how)?;
+        let mut written = self.write_temp(&mut reader, &what, dst, how)?;
+        written.dev = fs_dev;
         // The size said before and after the copy, and the bytes the reads gave, which are the
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
@@ -1109,6 +1123,7 @@ impl Copier<'_> {
                     hash,
                     mode: None,
                     unsynced: true,
+                    dev: None,
                 })
             }
             Sink::Dontcache(w) => {
@@ -1123,6 +1138,7 @@ impl Copier<'_> {
                     hash,
                     mode: Some(stats.mode),
                     unsynced: false,
+                    dev: None,
                 })
             }
         }
@@ -1137,6 +1153,7 @@ impl Copier<'_> {
         self.created.insert(dst.to_path_buf());
         let full = self.batch.push(Pending {
             temp: written.temp,
+            dev: written.dev,
             dst: dst.to_path_buf(),
             bytes: written.bytes,
             hash: written.hash,
