@@ -26,6 +26,8 @@ pub const MAX_BYTES: u64 = 64 << 20;
 /// Files a batch may hold before it is synced (each keeps a descriptor open: within the usual
 /// limit of 1024 per process).
 pub const MAX_FILES: usize = 768;
+// A full batch's temporaries, and the one being written, fit in the signal handler's table.
+const _: () = assert!(MAX_FILES + 64 <= crate::cleanup::MAX_TEMPS);
 
 /// Where a copy's bytes go: the dontcache writer, or (a small file in a batch) the temporary's
 /// own descriptor, written through the page cache and dropped after the batch's sync.

@@ -19,9 +19,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-/// How many temporaries may exist at once: a batch's (`batch::MAX_FILES`) and the one being
-/// written, with room to spare.
-pub const MAX_TEMPS: usize = crate::batch::MAX_FILES + 64;
+/// How many temporaries may exist at once: a batch's (`batch::MAX_FILES`, 768) and the one
+/// being written, with room to spare. `batch.rs` checks at compile time that they fit (naming
+/// its constant here made the two files import each other).
+pub const MAX_TEMPS: usize = 768 + 64;
 
 /// The paths of the temporaries that exist (each a `CString` leaked with `into_raw`), or null.
 /// Whoever swaps a non-null pointer out of its slot owns it: the signal handler (which unlinks
