@@ -3,10 +3,13 @@
 //! A copy is written to a temporary name beside its destination and renamed over it only when it
 //! is complete, durable and (on request) verified, so a destination name never holds a partial
 //! copy. [`Temp`] removes its file when dropped uncommitted (every error path), and a signal
-//! handler removes the one temporary being written if the user interrupts the copy. SIGKILL
+//! handler removes every temporary (the one being written and a batch's, see `batch.rs`) if
+//! the user interrupts the copy (`stale.rs` removes what a SIGKILLed copy left, on the next
+//! run into the same directory). SIGKILL
 //! cannot be caught: it leaves the temporary (a dot-file named `.NAME.pagepipe-cp-PID-N`), never
 //! a complete-looking destination.
 
+use crate::stale;
 use pagepipe_sys as sys;
 use std::ffi::{CString, OsString};
 use std::fs::{File, OpenOptions};
@@ -16,10 +19,17 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-/// The path of the temporary being written (a `CString` leaked with `into_raw`), or null. Whoever
-/// swaps a non-null pointer out owns it: the signal handler (which unlinks the file and never
-/// frees) or [`Temp`] (which frees it). So the handler never reads freed memory.
-static CURRENT: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// How many temporaries may exist at once: a batch's (`batch::MAX_FILES`, 768) and the one
+/// being written, with room to spare. `batch.rs` checks at compile time that they fit (naming
+/// its constant here made the two files import each other).
+pub const MAX_TEMPS: usize = 768 + 64;
+
+/// The paths of the temporaries that exist (each a `CString` leaked with `into_raw`), or null.
+/// Whoever swaps a non-null pointer out of its slot owns it: the signal handler (which unlinks
+/// the file and never frees) or [`Temp`] (which frees it). So the handler never reads freed
+/// memory.
+static SLOTS: [AtomicPtr<libc::c_char>; MAX_TEMPS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_TEMPS];
 
 /// Installs the handler that removes the current temporary on SIGINT, SIGTERM and SIGHUP, then
 /// dies of the same signal (so the exit status says "interrupted", as cp's does), and ignores
@@ -50,13 +60,16 @@ pub fn install_signal_handlers() -> io::Result<()> {
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // AcqRel: the Acquire half pairs with the Release swap in `Temp::register`, so the path's
-    // bytes are visible here; taking the pointer makes the handler its owner (see CURRENT).
-    let path = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !path.is_null() {
-        // SAFETY: a NUL-terminated string leaked by `Temp::register` and owned by us now
-        // (nobody frees it after this swap); unlink(2) is async-signal-safe.
-        unsafe { libc::unlink(path) };
+    for slot in &SLOTS {
+        // AcqRel: the Acquire half pairs with the Release CAS in `Temp::register`, so the
+        // path's bytes are visible here; taking the pointer makes the handler its owner (see
+        // SLOTS).
+        let path = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !path.is_null() {
+            // SAFETY: a NUL-terminated string leaked by `Temp::register` and owned by us now
+            // (nobody frees it after this swap); unlink(2) is async-signal-safe.
+            unsafe { libc::unlink(path) };
+        }
     }
     // SAFETY: signal(2) and raise(3) are async-signal-safe; restoring the default action and
     // re-raising ends the process with this signal's status.
@@ -71,8 +84,13 @@ extern "C" fn on_signal(sig: libc::c_int) {
 #[derive(Debug)]
 pub struct Temp {
     path: PathBuf,
-    /// The pointer this temp stored in CURRENT, to take back (and free) on commit or drop.
+    /// The pointer this temp stored in SLOTS, to take back (and free) on commit or drop.
     registered: *mut libc::c_char,
+    /// Its slot in SLOTS.
+    slot: usize,
+    /// A regular temporary's own descriptor, which holds its lock (`stale::hold`) for as long
+    /// as the temporary exists, whatever the copy does with its other descriptors.
+    lock: Option<File>,
     committed: bool,
 }
 
@@ -84,7 +102,7 @@ impl Temp {
     /// The OS's error from `open(2)`, its message naming `dst` (and a missing directory).
     pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
         let mut file = None;
-        let temp = Temp::make(dst, false, |path| {
+        let temp = Temp::make(dst, "", |path| {
             file = Some(
                 OpenOptions::new()
                     .write(true)
@@ -95,6 +113,11 @@ impl Temp {
             Ok(())
         })?;
         let file = file.expect("made with the temporary");
+        let mut temp = temp;
+        let held = stale::hold(&file).and_then(|()| file.try_clone());
+        temp.lock = Some(held.map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create '{}': {e}", dst.display()))
+        })?);
         Ok((temp, file))
     }
 
@@ -104,14 +127,40 @@ impl Temp {
     /// # Errors
     /// The OS's error from `symlink(2)`, its message naming `dst` (and a missing directory).
     pub fn symlink(dst: &Path, target: &Path) -> io::Result<Temp> {
-        Temp::make(dst, true, |path| std::os::unix::fs::symlink(target, path))
+        Temp::make(dst, "symlink ", |path| {
+            std::os::unix::fs::symlink(target, path)
+        })
+    }
+
+    /// Makes a fifo, device node or socket (`kind`: its `S_IFMT` bits) with the permission bits
+    /// `mode` (masked by the kernel with the umask or a default ACL) and device `rdev` at a fresh
+    /// temporary name beside `dst` (see [`Temp::create`]), registered for removal.
+    ///
+    /// # Errors
+    /// The OS's error from `mknod(2)`, its message naming `dst`.
+    pub fn special(dst: &Path, kind: u32, mode: u32, rdev: u64) -> io::Result<Temp> {
+        use rustix::fs::{FileType, Mode, CWD};
+        let kind = FileType::from_raw_mode(kind);
+        Temp::make(dst, "special file ", |path| {
+            rustix::fs::mknodat(CWD, path, kind, Mode::from_raw_mode(mode), rdev)
+                .map_err(Into::into)
+        })
+    }
+
+    /// Makes a hard link to `existing` at a fresh temporary name beside `dst` (see
+    /// [`Temp::create`]), registered for removal like a temporary file.
+    ///
+    /// # Errors
+    /// The OS's error from `link(2)`, its message naming `dst`.
+    pub fn hard_link(dst: &Path, existing: &Path) -> io::Result<Temp> {
+        Temp::make(dst, "hard link ", |path| std::fs::hard_link(existing, path))
     }
 
     /// Makes a fresh temporary beside `dst` with `create` (which must fail with
     /// `AlreadyExists` when the name is taken), registers it, and returns it.
     fn make(
         dst: &Path,
-        kind_is_link: bool,
+        what: &str,
         mut create: impl FnMut(&Path) -> io::Result<()>,
     ) -> io::Result<Temp> {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -120,10 +169,11 @@ impl Temp {
             _ => Path::new("."),
         };
         let name = dst.file_name().unwrap_or(dst.as_os_str());
+        stale::sweep(dir);
         loop {
             // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(temp_name(name, std::process::id(), n));
+            let path = dir.join(temp_name(name, std::process::id(), stale::own_start(), n));
             // Made and registered with asynchronous signals held on this thread: a SIGINT
             // between the two would find the new temporary unregistered and leave it behind;
             // held, it arrives once the temporary is registered, and the handler removes it. No
@@ -135,6 +185,8 @@ impl Temp {
                 let mut temp = Temp {
                     path: path.clone(),
                     registered: std::ptr::null_mut(),
+                    slot: 0,
+                    lock: None,
                     committed: false,
                 };
                 temp.register();
@@ -147,7 +199,6 @@ impl Temp {
                 Err(e) => {
                     // Named as the user wrote it: the temporary's name is ours, and what fails
                     // (a missing or read-only directory) is the destination's.
-                    let what = if kind_is_link { "symlink " } else { "" };
                     let why = match e.kind() {
                         io::ErrorKind::NotFound => format!(
                             "cannot create {what}'{}': directory '{}' does not exist",
@@ -167,17 +218,37 @@ impl Temp {
         &self.path
     }
 
+    /// A regular temporary's own descriptor (None for a link or special file).
+    pub fn file(&self) -> Option<&File> {
+        self.lock.as_ref()
+    }
+
+    /// Puts the path in a free slot of SLOTS, for the signal handler. All slots taken (more
+    /// temporaries than a batch makes: a bug) leaves it unregistered: a signal then leaves it
+    /// behind, for the next run's clean-up (`stale.rs`).
     fn register(&mut self) {
         // A path with an interior NUL cannot be opened, so `create` never gets here with one.
         let Ok(c) = CString::new(self.path.as_os_str().as_bytes()) else {
             return;
         };
         let raw = c.into_raw();
-        self.registered = raw;
-        // AcqRel: the Release half pairs with the Acquire swap in `on_signal` (the handler sees
-        // the whole string); a previous pointer left by a leaked Temp is ours to free.
-        let old = CURRENT.swap(raw, Ordering::AcqRel);
-        free_if_ours(old);
+        for (i, slot) in SLOTS.iter().enumerate() {
+            // Release: pairs with the Acquire swap in `on_signal` (the handler sees the whole
+            // string). Relaxed on failure: the slot is taken, nothing is read.
+            let put = slot.compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+            if put.is_ok() {
+                self.registered = raw;
+                self.slot = i;
+                return;
+            }
+        }
+        debug_assert!(false, "more than {MAX_TEMPS} temporaries at once");
+        free_if_ours(raw);
     }
 
     /// Takes the path back from the signal handler, if the handler has not taken it.
@@ -185,10 +256,9 @@ impl Temp {
         if self.registered.is_null() {
             return;
         }
-        // AcqRel: pairs with the swaps in `on_signal` and `register`; only if the pointer is
-        // still ours do we free it (otherwise the handler owns it, or another Temp replaced it
-        // and freed it already).
-        let swapped = CURRENT.compare_exchange(
+        // AcqRel: pairs with the swap in `on_signal` and the CAS in `register`; only if the
+        // pointer is still in our slot do we free it (otherwise the handler owns it).
+        let swapped = SLOTS[self.slot].compare_exchange(
             self.registered,
             std::ptr::null_mut(),
             Ordering::AcqRel,
@@ -203,16 +273,13 @@ impl Temp {
     /// Renames the temporary to `dst` (replacing what was there atomically).
     ///
     /// # Errors
-    /// The OS's error from `rename(2)`, naming both paths; the temporary is then removed on drop.
+    /// The OS's error from `rename(2)`, naming `dst` as the user gave it (the temporary's name
+    /// is pagepipe-cp's own); the temporary is then removed on drop.
     pub fn commit(mut self, dst: &Path) -> io::Result<()> {
         std::fs::rename(&self.path, dst).map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!(
-                    "cannot rename '{}' to '{}': {e}",
-                    self.path.display(),
-                    dst.display()
-                ),
+                format!("cannot put the copy at '{}': {e}", dst.display()),
             )
         })?;
         self.committed = true;
@@ -224,11 +291,12 @@ impl Temp {
 /// The longest file name Linux filesystems take (`NAME_MAX`), in bytes.
 const NAME_MAX: usize = 255;
 
-/// `.NAME.pagepipe-cp-PID-N`, with NAME cut short when the whole would pass [`NAME_MAX`]: a
-/// destination name of 240 bytes or more, valid itself, must still get a temporary.
-fn temp_name(name: &std::ffi::OsStr, pid: u32, n: u64) -> OsString {
+/// `.NAME.pagepipe-cp-PID-START-N` (START: the process's start time, see `stale.rs`), with NAME
+/// cut short when the whole would pass [`NAME_MAX`]: a destination name of 240 bytes or more,
+/// valid itself, must still get a temporary.
+fn temp_name(name: &std::ffi::OsStr, pid: u32, start: u64, n: u64) -> OsString {
     use std::os::unix::ffi::OsStringExt;
-    let suffix = format!(".pagepipe-cp-{pid}-{n}");
+    let suffix = format!("{}{pid}-{start}-{n}", stale::MARK);
     let room = NAME_MAX - 1 - suffix.len();
     let bytes = name.as_bytes();
     let mut out = Vec::with_capacity(NAME_MAX);
@@ -241,7 +309,7 @@ fn temp_name(name: &std::ffi::OsStr, pid: u32, n: u64) -> OsString {
 /// Frees a pointer made by `CString::into_raw` in `Temp::register` (null: nothing).
 fn free_if_ours(p: *mut libc::c_char) {
     if !p.is_null() {
-        // SAFETY: `p` came from CString::into_raw in `register` and was swapped out of CURRENT
+        // SAFETY: `p` came from CString::into_raw in `register` and was swapped out of SLOTS
         // by the caller, who thereby owns it; the signal handler can no longer reach it.
         drop(unsafe { CString::from_raw(p) });
     }
@@ -263,10 +331,11 @@ mod tests {
     #[test]
     fn temporary_names_fit_in_name_max() {
         let long = OsString::from("x".repeat(NAME_MAX));
-        let t = temp_name(&long, u32::MAX, u64::MAX);
+        let t = temp_name(&long, u32::MAX, u64::MAX, u64::MAX);
         assert_eq!(t.len(), NAME_MAX);
         assert!(t.to_string_lossy().ends_with(&format!("-{}", u64::MAX)));
-        let short = temp_name(std::ffi::OsStr::new("a"), 7, 3);
-        assert_eq!(short, ".a.pagepipe-cp-7-3");
+        let short = temp_name(std::ffi::OsStr::new("a"), 7, 9, 3);
+        assert_eq!(short, ".a.pagepipe-cp-7-9-3");
+        assert_eq!(stale::owner_of(&short), Some((7, Some(9))));
     }
 }

@@ -7,16 +7,22 @@
 //!
 //! cp's conventions: with one SRC, DST is the new name, or an existing directory to copy into;
 //! with several, DST must be a directory. A directory SRC needs `-r`. `-` is standard input.
-//! Each file is written to a temporary name beside its destination, synced, and renamed over the
+//! `-a`, `-p` and `--preserve` keep what cp keeps. Each file is written to a temporary name
+//! beside its destination, synced (small files in batches, `batch.rs`), and renamed over the
 //! destination only when complete (and verified, with `--verify`): an error, SIGINT or SIGTERM
-//! never leaves a destination that looks complete but is not.
+//! never leaves a destination that looks complete but is not, and a SIGKILLed copy's
+//! temporaries are removed by the next run (`stale.rs`). The options, guarantees and every
+//! difference from GNU cp: `crates/pagepipe-cp/README.md`.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod batch;
 mod cleanup;
 mod cli;
 mod copy;
+mod meta;
+mod stale;
 
 use clap::Parser;
 use cli::Args;

@@ -1,0 +1,223 @@
+//! The copy of one regular file, or of standard input: its destination checked, its layout
+//! (dense or sparse) found, its temporary written, its size checked after, then put in place.
+
+use crate::batch;
+use crate::copy::attrs::omitted_bits;
+use crate::copy::copier::Copier;
+use crate::copy::dest::{refuse_trailing_slash, refuse_unreplaceable};
+use crate::copy::plan::{ctx, invalid, parent_of};
+use crate::copy::temp::{How, Layout, Perms};
+use pagepipe_dontcache::{self as dontcache, Reader};
+use std::fs::{self, File, Metadata};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Standard input, which is never sparse: seeking it is never asked for.
+struct StdinSource<'a>(io::StdinLock<'a>);
+
+impl Read for StdinSource<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Seek for StdinSource<'_> {
+    fn seek(&mut self, _: SeekFrom) -> io::Result<u64> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "standard input cannot seek",
+        ))
+    }
+}
+
+/// The data extents of `file`'s first `size` bytes (`lseek(2)` with `SEEK_DATA`/`SEEK_HOLE`).
+///
+/// # Errors
+/// The OS's error (`EINVAL` where the filesystem does not tell holes apart).
+fn data_extents(file: &File, size: u64) -> io::Result<Vec<(u64, u64)>> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        // SAFETY: lseek(2) on a descriptor borrowed from a live File touches no memory (it moves
+        // that description's offset, which nothing reading this file uses: Reader reads at
+        // explicit offsets).
+        let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data past pos
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (start, end) = (data as u64, (hole as u64).min(size));
+        if start >= end {
+            break;
+        }
+        out.push((start, end));
+        pos = end;
+    }
+    Ok(out)
+}
+
+/// Whether standard input was closed when the process started. Rust's runtime reopens a closed
+/// descriptor 0 on `/dev/null` for reading and writing before `main`, which reads as an empty
+/// input; a shell's `< /dev/null` opens it read-only. Copying that empty input replaced the
+/// destination with an empty file and exited 0.
+fn stdin_was_closed() -> bool {
+    // SAFETY: fstat(2) writes a stat to the pointer we pass; all zeroes is a valid stat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; descriptor 0 is only inspected.
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return true;
+    }
+    // SAFETY: F_GETFL only reads descriptor 0's status flags.
+    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
+    let dev_null = st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3);
+    dev_null && flags >= 0 && flags & libc::O_ACCMODE == libc::O_RDWR
+}
+
+impl Copier<'_> {
+    pub(super) fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
+        let given = dst;
+        refuse_trailing_slash(given)?;
+        let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
+        // Looked at once: a new name (the common case in a tree) costs one failed stat.
+        let existing = fs::metadata(dst).ok();
+        if existing.is_some() {
+            refuse_unreplaceable(dst)?;
+        }
+        if let Some(d) = &existing {
+            if d.dev() == meta.dev() && d.ino() == meta.ino() {
+                return Err(invalid(format!(
+                    "'{}' and '{}' are the same file",
+                    src.display(),
+                    dst.display()
+                )));
+            }
+            if d.is_dir() {
+                return Err(invalid(format!(
+                    "cannot overwrite directory '{}' with non-directory '{}'",
+                    dst.display(),
+                    src.display()
+                )));
+            }
+        }
+        let what = format!("reading '{}'", src.display());
+        let file = File::open(src).map_err(ctx(&what))?;
+        let probe = file.try_clone().map_err(ctx(&what))?;
+        self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
+        let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
+        let size = meta.len();
+        // cp: an existing destination keeps its mode (cp writes into it); a new one is created
+        // with the source's permission bits, which the kernel masks with the umask or the
+        // directory's default ACL (never chmod'ed afterwards, which would undo that mask).
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(meta.mode() & 0o777 & !omitted_bits(&self.opts.preserve, false)),
+        };
+        let layout = if meta.blocks() * 512 < size {
+            // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
+            match data_extents(&probe, size) {
+                Ok(extents) => Layout::Sparse { size, extents },
+                Err(_) => Layout::Dense(size),
+            }
+        } else {
+            Layout::Dense(size)
+        };
+        // A small file goes in a batch, if its directory can be opened to sync its filesystem
+        // (a missing one is reported by the create, naming the destination).
+        let fs_dev = if size <= batch::SMALL {
+            self.batch.watch(&parent_of(dst)).ok()
+        } else {
+            None
+        };
+        let batched = fs_dev.is_some();
+        let how = How {
+            perms,
+            layout,
+            attrs: Some((src, meta)),
+            batched,
+        };
+        let mut written = self.write_temp(&mut reader, &what, dst, how)?;
+        written.dev = fs_dev;
+        // The size said before and after the copy, and the bytes the reads gave, which are the
+        // copy (as cp copies what it reads to the end of the file). A file whose size says
+        // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
+        // one that was truncated or grew while being read does not: that is an error.
+        let now = probe.metadata().map_err(ctx(&what))?.len();
+        if written.bytes < size && now < size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "'{}' shrank from {size} to {now} bytes while being copied (vanished or \
+                     truncated; {} bytes copied)",
+                    src.display(),
+                    written.bytes
+                ),
+            ));
+        }
+        if now != written.bytes && now != size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "'{}' changed size while being copied ({} bytes copied, {now} now)",
+                    src.display(),
+                    written.bytes
+                ),
+            ));
+        }
+        self.summary
+            .read_modes
+            .insert(format!("{:?}", reader.mode()).to_lowercase());
+        drop(reader); // drops what its last reads left cached
+        self.summary.src_bytes += written.bytes;
+        self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
+        // As named too: a symlink at `given` was followed to `dst`.
+        self.created.insert(given.to_path_buf());
+        self.commit_or_defer(written, dst)
+    }
+
+    pub(super) fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
+        let dst = &self.destination("standard input", dst)?;
+        refuse_unreplaceable(dst)?;
+        if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
+            return Err(invalid(format!(
+                "cannot overwrite directory '{}' with standard input",
+                dst.display()
+            )));
+        }
+        if stdin_was_closed() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "standard input is closed; '{}' is left as it was (to copy an empty input, \
+                     redirect it from /dev/null)",
+                    dst.display()
+                ),
+            ));
+        }
+        self.summary.from_stdin = true;
+        let perms = match fs::metadata(dst) {
+            Ok(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(0o666),
+        };
+        let mut stdin = StdinSource(io::stdin().lock());
+        let how = How {
+            perms,
+            layout: Layout::Stream,
+            attrs: None,
+            batched: false,
+        };
+        let written = self.write_temp(&mut stdin, "reading standard input", dst, how)?;
+        self.commit(written, dst)
+    }
+}
