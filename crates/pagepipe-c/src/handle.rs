@@ -263,9 +263,12 @@ impl<T: Send + Sync + 'static> Pool<T> {
                 if (p == OPEN || p == CLOSED) && count(s) != 0 {
                     slot.state
                         .store(word(generation(s), p, 0), Ordering::Relaxed);
-                    if p == CLOSED {
-                        self.reap.store(true, Ordering::Release);
-                    }
+                }
+                // Every closed slot, counted or not: a fork between a close's (or a last
+                // call's) state change and its drop leaves one at count 0 that nothing else
+                // would ever drop.
+                if p == CLOSED {
+                    self.reap.store(true, Ordering::Release);
                 }
             }
         }

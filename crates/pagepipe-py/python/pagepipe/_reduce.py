@@ -85,9 +85,13 @@ def _hook_popen_classes():
 
 def sweep():
     """Closes the descriptors of every child that has started by now (or whose Popen is gone)."""
+    done, waiting = [], []
     with _pending_lock:
-        done = [(ref, ex) for ref, ex in _pending if _launched(ref())]
-        _pending[:] = [(ref, ex) for ref, ex in _pending if not _launched(ref())]
+        for ref, ex in _pending:
+            # Each entry looked at once: a child launched between two looks was once dropped
+            # from the list without being closed.
+            (done if _launched(ref()) else waiting).append((ref, ex))
+        _pending[:] = waiting
     for _, ex in done:
         ex.close()
 
@@ -129,10 +133,12 @@ def rebuild_end(cls, dup):
 
 def _after_fork_in_child():
     # The child's copies of a parent's pending descriptors are its own to close; its parent
-    # closes the parent's.
-    with _pending_lock:
-        pending = list(_pending)
-        _pending.clear()
+    # closes the parent's. The lock may have been held by a parent thread at the fork (a
+    # thread that does not exist here): it is made anew, never waited for.
+    global _pending_lock
+    _pending_lock = threading.Lock()
+    pending = list(_pending)
+    _pending.clear()
     for _, ex in pending:
         ex.close()
 
