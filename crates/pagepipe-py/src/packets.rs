@@ -202,6 +202,12 @@ fn read_message(
     out: &mut Vec<u8>,
 ) -> PyResult<Got> {
     let mut partial: Option<Partial> = None;
+    // The lock pipe's write side was found free while a message was partly read: its writer
+    // is done (it gives the side back only after its last packet), so every packet it will
+    // ever write is in the pipe already. The partial message is given up only once the pipe
+    // is then found empty: a writer descheduled mid-message that wrote its last packet and let
+    // go between our time-out and our look at the lock used to lose its whole message here.
+    let mut writer_done = false;
     let mut packet = [0u8; PACKET];
     loop {
         let slice = Instant::now() + SLICE;
@@ -216,11 +222,12 @@ fn read_message(
                 match &partial {
                     None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(Got::Empty),
                     None => signals()?,
-                    Some(_) => {
-                        if writer_gone(lock_w)? {
-                            partial = None; // its writer died or gave up: the rest never comes
-                        }
+                    Some(_) if writer_done => {
+                        // Its writer was done and the pipe is empty: the rest never comes.
+                        partial = None;
+                        writer_done = false;
                     }
+                    Some(_) => writer_done = writer_gone(lock_w)?,
                 }
                 continue;
             }
@@ -233,6 +240,7 @@ fn read_message(
         };
         let body = &packet[HEADER..n];
         if h.flags & FIRST != 0 {
+            writer_done = false; // a new message, from a writer that holds the side now
             if h.offset != 0 {
                 continue; // malformed: a first packet starts at 0
             }
