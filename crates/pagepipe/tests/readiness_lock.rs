@@ -1,7 +1,7 @@
 //! A live peer that keeps the readiness lock (`sig_lock`) cannot stall our calls (issue 39,
-//! break 2): a sync that finds it held leaves its work to the holder and returns, so
-//! `try_write`, `write_deadline` and `Notifier::post` take microseconds, not the second they
-//! used to wait.
+//! break 2): a sync waits for it at most 100 ms, or to its call's deadline, then leaves the
+//! sync to a thread of its process, so `try_write`, `write_deadline(10 ms)` and
+//! `Notifier::post` keep their documented bounds, not the second they used to wait.
 
 #[path = "support/children.rs"]
 mod children;
@@ -52,12 +52,13 @@ fn a_live_holder_of_the_readiness_lock_stalls_no_call() {
     // a live process, holding a key on this pipe, named as the lock's holder.
     let child = pid as u64;
     region.poke(SIG_LOCK, child << 32 | child);
-    let t = Instant::now();
-    for _ in 0..5 {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
         assert_eq!(w.try_write(b"x").unwrap(), 1);
+        slowest = slowest.max(t.elapsed());
         r.read_exact(&mut b).unwrap();
     }
-    let writes = t.elapsed();
     let t = Instant::now();
     let n = w
         .write_deadline(b"y", Instant::now() + Duration::from_millis(10))
@@ -70,12 +71,14 @@ fn a_live_holder_of_the_readiness_lock_stalls_no_call() {
         kill_and_reap(pid, Duration::from_secs(10)),
         128 + libc::SIGKILL
     );
+    // The documented bounds: 100 ms for a call without a deadline, its deadline otherwise
+    // (with room for a loaded machine's scheduling).
     assert!(
-        writes < Duration::from_millis(200),
-        "5 try_write + read pairs took {writes:?} beside a live holder of the readiness lock"
+        slowest < Duration::from_millis(250),
+        "a try_write took {slowest:?} beside a live holder of the readiness lock"
     );
     assert!(
-        deadline_write < Duration::from_millis(200),
+        deadline_write < Duration::from_millis(60),
         "write_deadline(10 ms) took {deadline_write:?}"
     );
 }
@@ -119,7 +122,7 @@ fn a_post_is_not_held_up_by_a_live_holder_of_the_readiness_lock() {
     kill_and_reap(pid, Duration::from_secs(10));
     assert!(posted.unwrap());
     assert!(
-        took < Duration::from_millis(200),
+        took < Duration::from_millis(250),
         "a post took {took:?} beside a live holder of the readiness lock"
     );
     assert_eq!(reader.read_notification().unwrap().kind, 1);
@@ -168,7 +171,7 @@ fn a_transition_made_while_the_readiness_lock_was_held_reaches_the_poller() {
         128 + libc::SIGKILL
     );
     assert!(ready, "the reader's descriptor never became readable");
-    assert!(took < Duration::from_millis(200), "the write took {took:?}");
+    assert!(took < Duration::from_millis(250), "the write took {took:?}");
     (&r).read_exact(&mut b).unwrap();
     assert_eq!(&b, b"d");
 }

@@ -32,12 +32,46 @@ use crate::wait::{sleep_until, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
-/// How long a call waits for the readiness lock in all (asleep on its futex): honest holders
-/// keep it for a system call or two, so only a holder descheduled this long, stopped, or a peer
-/// keeping it on purpose makes a call wait this much (it used to spin up to a second). Past
-/// it, a thread of this process finishes the sync (see [`End::defer_sync`]).
+/// How long a call waits for the readiness lock in all (asleep on its futex), at most: a call
+/// with a deadline waits no later than that (see [`CallDeadline`]). Honest holders keep it
+/// for a system call or two, so only a holder descheduled this long, stopped, or a peer keeping
+/// it on purpose makes a call wait this much (it used to spin up to a second). Past it, a
+/// thread of this process finishes the sync (see [`End::defer_sync`]). Not shorter: a sync
+/// left to that thread may come after the call returned, and an edge-triggered poller that
+/// read until `WouldBlock` meanwhile can then wait for an edge that a writer's sync skipped
+/// (it saw the packet the reader's pending sync was to remove); a holder descheduled for this
+/// long is rare, one descheduled for a millisecond is not (measured: the epoll tests lost an
+/// edge under load with 1 ms).
 #[cfg(not(loom))]
-const READINESS_PATIENCE: Duration = Duration::from_millis(1);
+const READINESS_PATIENCE: Duration = Duration::from_millis(100);
+
+#[cfg(not(loom))]
+thread_local! {
+    /// The deadline of the read or write this thread is in, if it has one (see
+    /// [`CallDeadline`]).
+    static CALL_DEADLINE: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// This thread's call deadline while it lives (see [`CALL_DEADLINE`]): a sync inside the call
+/// waits for the readiness lock no later than it (`write_deadline(10 ms)` returns within its
+/// 10 ms); the previous one comes back at its drop.
+#[cfg(not(loom))]
+pub(crate) struct CallDeadline(Option<Instant>);
+
+#[cfg(not(loom))]
+impl CallDeadline {
+    /// Makes `deadline` this thread's call deadline.
+    pub(crate) fn set(deadline: Option<Instant>) -> CallDeadline {
+        CallDeadline(CALL_DEADLINE.with(|d| d.replace(deadline)))
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for CallDeadline {
+    fn drop(&mut self) {
+        CALL_DEADLINE.with(|d| d.set(self.0));
+    }
+}
 
 /// The most rounds one call syncs while its side's `sig_pending` bit keeps coming back with the
 /// ring moved (see [`End::sync_delegating`]): a peer that keeps moving it and raising the bit
@@ -522,7 +556,10 @@ impl End {
     /// the ring unmoved asks for nothing new). True if this call synced.
     #[cfg(not(loom))]
     fn sync_delegating(&self) -> bool {
-        let deadline = Instant::now() + READINESS_PATIENCE;
+        let patience = Instant::now() + READINESS_PATIENCE;
+        let deadline = CALL_DEADLINE
+            .with(|d| d.get())
+            .map_or(patience, |d| d.min(patience));
         if self.sync_until(Some(deadline)) {
             return true;
         }

@@ -280,6 +280,8 @@ impl Reader {
         let nonblocking = how != How::ByMode || self.is_nonblocking();
         let sh = self.shared();
         let deadline = earliest(sh.deadline(Side::Read), limit);
+        #[cfg(not(loom))]
+        let _call = crate::pipe::end::CallDeadline::set(deadline);
         let max = buf.len();
         let dst = buf.as_mut_ptr();
         let copy = |off: usize, src: *const u8, len: usize| {

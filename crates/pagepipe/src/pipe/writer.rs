@@ -389,6 +389,8 @@ impl Writer {
         }
         let sh = self.shared();
         let deadline = earliest(sh.deadline(Side::Write), limit);
+        #[cfg(not(loom))]
+        let _call = crate::pipe::end::CallDeadline::set(deadline);
         let prefilled = sh.prefill(total);
         // The slots merge and fill will touch travel while we take the lock.
         sh.prefetch(Side::Write);

@@ -52,8 +52,8 @@ impl Notifier {
     /// filters (which is not a loss).
     ///
     /// While some process polls the reader's descriptor, a post also takes the pipe's short
-    /// readiness lock to keep that descriptor exact, waiting for it at most 5 ms (past that, a
-    /// later post or the holder brings the descriptor up to date).
+    /// readiness lock to keep that descriptor exact, waiting for it at most 100 ms (past that, a
+    /// thread of this process brings the descriptor up to date once the lock is free).
     ///
     /// ```
     /// use pagepipe::{Builder, Notification};
