@@ -54,22 +54,27 @@ thread_local! {
 
 /// This thread's call deadline while it lives (see [`CALL_DEADLINE`]): a sync inside the call
 /// waits for the readiness lock no later than it (`write_deadline(10 ms)` returns within its
-/// 10 ms); the previous one comes back at its drop.
+/// 10 ms); the previous one comes back at its drop. A call without a deadline (the common
+/// case) touches nothing: `None` is what the word holds outside calls with one.
 #[cfg(not(loom))]
-pub(crate) struct CallDeadline(Option<Instant>);
+pub(crate) struct CallDeadline(Option<Option<Instant>>);
 
 #[cfg(not(loom))]
 impl CallDeadline {
-    /// Makes `deadline` this thread's call deadline.
+    /// Makes `deadline`, if any, this thread's call deadline.
+    #[inline]
     pub(crate) fn set(deadline: Option<Instant>) -> CallDeadline {
-        CallDeadline(CALL_DEADLINE.with(|d| d.replace(deadline)))
+        CallDeadline(deadline.map(|d| CALL_DEADLINE.with(|c| c.replace(Some(d)))))
     }
 }
 
 #[cfg(not(loom))]
 impl Drop for CallDeadline {
+    #[inline]
     fn drop(&mut self) {
-        CALL_DEADLINE.with(|d| d.set(self.0));
+        if let Some(before) = self.0 {
+            CALL_DEADLINE.with(|d| d.set(before));
+        }
     }
 }
 
