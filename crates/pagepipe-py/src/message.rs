@@ -4,7 +4,7 @@
 //! 4 GiB or more). One process (or thread) at a time per end, as for multiprocessing's: two
 //! concurrent writers of messages larger than `PIPE_BUF` interleave.
 
-use crate::wait::interruptible;
+use crate::wait::{deadline, interruptible, interruptible_until};
 use pagepipe::{Reader, Writer};
 use pyo3::exceptions::{PyEOFError, PyOSError};
 use pyo3::prelude::*;
@@ -47,9 +47,10 @@ pub(crate) fn send(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<()> {
 /// All of `bytes`, or the error that stopped it (a blocking end only returns short on one).
 fn write_all(py: Python<'_>, w: &Writer, bytes: &[u8]) -> PyResult<()> {
     let mut done = 0;
+    // The end's write timeout bounds the whole message, as the deadline of one `write` does.
+    let until = deadline(w.write_timeout().map_err(crate::error::to_py)?);
     while done < bytes.len() {
-        let timeout = w.write_timeout().map_err(crate::error::to_py)?;
-        match interruptible(py, timeout, |limit| w.write_deadline(&bytes[done..], limit))? {
+        match interruptible_until(py, until, |limit| w.write_deadline(&bytes[done..], limit))? {
             Ok(n) => done += n,
             Err(e) => return Err(crate::error::to_py(e)),
         }

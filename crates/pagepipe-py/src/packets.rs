@@ -110,8 +110,12 @@ pub(crate) fn put(
         }
     };
     let n = packets_for(bytes.len());
-    if how == Put::Now && data.free() / PACKET < n {
-        return Ok(false);
+    let need = n * PACKET;
+    match how {
+        Put::Now if data.free() < need => return Ok(false),
+        Put::Now => {}
+        Put::Wait if n > 1 && need <= data.capacity() => wait_for_room(data, need)?,
+        Put::Wait => {}
     }
     let mut packet = [0u8; PACKET];
     for i in 0..n {
@@ -129,6 +133,37 @@ pub(crate) fn put(
     }
     drop(held);
     Ok(true)
+}
+
+/// How often the feeder, waiting for room for a whole message while the room does not grow,
+/// asks whether any reader is left (`BrokenPipeError` then, as a write would raise).
+const ROOM_STALL: Duration = Duration::from_millis(250);
+
+/// Waits, holding the lock pipe's write side (no other writer takes room meanwhile), until
+/// `need` bytes of slots are free: a message that fits in the pipe then goes in as one burst,
+/// so that a reader that has its first packet finds the rest there or coming at once, and
+/// never waits on a writer that waits for room (a reader's timeout or Ctrl-C could not end
+/// that wait without losing the message). `BrokenPipe` once no reader is left.
+fn wait_for_room(data: &Writer, need: usize) -> io::Result<()> {
+    let mut free = data.free();
+    let mut since = Instant::now();
+    let mut nap = Duration::from_micros(20);
+    while free < need {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(1));
+        let now = data.free();
+        if now != free {
+            free = now;
+            since = Instant::now();
+        } else if since.elapsed() >= ROOM_STALL {
+            // A write chunk, dropped unused: `BrokenPipe` without readers; with a full pipe it
+            // waits for a slot, which is what we wait for too.
+            drop(data.write_chunk()?);
+            free = data.free();
+            since = Instant::now();
+        }
+    }
+    Ok(())
 }
 
 /// One packet, waiting for room as long as it takes (a `Put::Now` finds room for all of them,
@@ -155,7 +190,16 @@ pub(crate) enum Got {
     Message,
     /// The deadline passed before a message started.
     Empty,
+    /// A signal handler raised this in the middle of a message, which was then read to its
+    /// end (it is in the caller's buffer, to keep for the next `get`): raise it.
+    Interrupted(PyErr),
 }
+
+/// How long a get that a signal handler interrupted in the middle of a message waits for the
+/// message's next packet before it gives the message up (its writer is stopped, or slower
+/// than this): a message that fits in the pipe is written in one burst, so its rest is there
+/// or comes at once.
+const FINISH_GRACE: Duration = Duration::from_secs(1);
 
 /// The message being read: its id (its bytes so far are in the caller's buffer).
 struct Partial {
@@ -164,10 +208,15 @@ struct Partial {
 
 /// Reads the next whole message from the packet pipe `data` into `out` (cleared first; a
 /// buffer the caller reuses, so that a large message does not fault in new memory each time),
-/// holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the wait for a message to start (`None`:
-/// forever; passed: only what is there now). Every [`LOCK_SLICE`] or [`SLICE`] of waiting,
-/// `signals` runs (Python's signal handlers): its error ends the call, before a message starts
-/// only. Runs without the GIL.
+/// holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the wait for a
+/// message to start (`None`: forever; passed: only what is there now). A message started is
+/// read to its end: its first packets cannot be put back, and other readers would drop the
+/// rest. That wait is short: a message that fits in the pipe is written in one burst (see
+/// [`wait_for_room`]); one larger than the pipe streams as fast as its writer writes. Every
+/// [`LOCK_SLICE`] or [`SLICE`] of waiting, `signals` runs (Python's signal handlers): its
+/// error ends the call, at once before a message starts; in the middle of one, once the
+/// message is whole ([`Got::Interrupted`]) or after [`FINISH_GRACE`] without a packet of it
+/// (the message is then lost, as when a reader is killed). Runs without the GIL.
 pub(crate) fn get(
     data: &Reader,
     lock_r: &Reader,
@@ -208,6 +257,10 @@ fn read_message(
     // is then found empty: a writer descheduled mid-message that wrote its last packet and let
     // go between our time-out and our look at the lock used to lose its whole message here.
     let mut writer_done = false;
+    // An exception a signal handler raised in the middle of a message: the message is read to
+    // its end if it keeps coming (then kept for the next get), given up after FINISH_GRACE
+    // without a packet; the exception is raised either way.
+    let mut interrupted: Option<(PyErr, Instant)> = None;
     let mut packet = [0u8; PACKET];
     loop {
         let slice = Instant::now() + SLICE;
@@ -226,13 +279,32 @@ fn read_message(
                         // Its writer was done and the pipe is empty: the rest never comes.
                         partial = None;
                         writer_done = false;
+                        if let Some((e, _)) = interrupted.take() {
+                            return Err(e);
+                        }
                     }
-                    Some(_) => writer_done = writer_gone(lock_w)?,
+                    Some(_) => {
+                        writer_done = writer_gone(lock_w)?;
+                        match interrupted.take() {
+                            // Its writer has stopped: the message is given up (its rest is
+                            // dropped by the next reader, as a killed reader's is).
+                            Some((e, since)) if since.elapsed() >= FINISH_GRACE => return Err(e),
+                            Some(i) => interrupted = Some(i),
+                            None => {
+                                if let Err(e) = signals() {
+                                    interrupted = Some((e, Instant::now()));
+                                }
+                            }
+                        }
+                    }
                 }
                 continue;
             }
             Err(e) => return Err(crate::error::to_py(e)),
         };
+        if let Some((_, since)) = interrupted.as_mut() {
+            *since = Instant::now(); // the message is still coming
+        }
         let Some(h) = Header::decode(&packet[..n]) else {
             return Err(PyOSError::new_err(format!(
                 "a packet of {n} bytes in the queue's pipe is not one of a queue's"
@@ -263,7 +335,10 @@ fn read_message(
         }
         out.extend_from_slice(body);
         if out.len() as u64 == h.total {
-            return Ok(Got::Message);
+            return Ok(match interrupted {
+                Some((e, _)) => Got::Interrupted(e),
+                None => Got::Message,
+            });
         }
     }
 }

@@ -23,6 +23,10 @@ pub(crate) struct PyReader {
     held: Held<Reader>,
     /// `settimeout`'s default for this object's calls.
     timeout: DefaultTimeout,
+    /// A queue's message read to its end by a `get` that a signal handler interrupted, kept
+    /// for this process's next `get` (with the id of the process that read it: a forked
+    /// child's copy is not its own, and must not be delivered twice).
+    stash: std::sync::Mutex<Option<(u32, Vec<u8>)>>,
 }
 
 impl PyReader {
@@ -30,6 +34,7 @@ impl PyReader {
         PyReader {
             held: Held::new(r),
             timeout: DefaultTimeout::default(),
+            stash: std::sync::Mutex::new(None),
         }
     }
 
@@ -326,6 +331,8 @@ impl PyReader {
     /// `pagepipe.Queue.get`'s read: the next whole message of this packet pipe, holding the
     /// queue's lock pipe's read side (`lock_r`; `lock_w` is its write side, to tell a dead
     /// writer's partial message). `None` if `timeout` (seconds; `None`: forever) passes first.
+    /// A message that a signal handler's exception interrupted is read to its end, kept, and
+    /// returned by this process's next call.
     #[pyo3(signature = (lock_r, lock_w, timeout))]
     fn _get_message<'py>(
         &self,
@@ -335,13 +342,27 @@ impl PyReader {
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let (data, lr, lw) = (self.held.end()?, lock_r.end()?, lock_w.end()?);
-        let deadline = duration(timeout)?.map(|t| std::time::Instant::now() + t);
+        let deadline = crate::wait::deadline(duration(timeout)?);
+        {
+            let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+            match stash.take() {
+                Some((pid, kept)) if pid == std::process::id() => {
+                    return Ok(Some(PyBytes::new(py, &kept)));
+                }
+                _ => {} // none, or a parent's (forked): not ours to deliver
+            }
+        }
         let signals = || Python::attach(|py| py.check_signals());
         let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
         let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals, &mut out));
         let message = match got {
             Ok(Got::Message) => Ok(Some(PyBytes::new(py, &out))),
             Ok(Got::Empty) => Ok(None),
+            Ok(Got::Interrupted(e)) => {
+                let kept = Some((std::process::id(), out.clone()));
+                *self.stash.lock().unwrap_or_else(|e| e.into_inner()) = kept;
+                Err(e)
+            }
             Err(e) => Err(e),
         };
         if out.capacity() <= SCRATCH_KEPT {

@@ -17,9 +17,25 @@ pub(crate) const SLICE: Duration = Duration::from_millis(50);
 pub(crate) fn interruptible<T: Send>(
     py: Python<'_>,
     timeout: Option<Duration>,
+    op: impl FnMut(Instant) -> io::Result<T> + Send,
+) -> PyResult<io::Result<T>> {
+    interruptible_until(py, deadline(timeout), op)
+}
+
+/// The deadline `timeout` from now (`None`: none, also for a timeout too far away to name as
+/// an `Instant`, which no wait outlives).
+pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
+}
+
+/// [`interruptible`] with the deadline given: a call made of several steps (a `write` that
+/// places its bytes in parts) computes it once, so that its timeout bounds the whole call, as
+/// `socket.sendall`'s does (since Python 3.5), not each step.
+pub(crate) fn interruptible_until<T: Send>(
+    py: Python<'_>,
+    until: Option<Instant>,
     mut op: impl FnMut(Instant) -> io::Result<T> + Send,
 ) -> PyResult<io::Result<T>> {
-    let until = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         let slice = Instant::now() + SLICE;
         let limit = until.map_or(slice, |u| u.min(slice));
@@ -36,16 +52,28 @@ pub(crate) fn interruptible<T: Send>(
     }
 }
 
-/// A Python timeout in seconds as a `Duration`: `None` stays `None` (wait forever);
-/// `ValueError` for a negative or non-finite number, as `socket.settimeout` raises. Zero is
-/// "do not wait" (the call's deadline is now).
+/// The largest timeout accepted, in seconds: what CPython's own clock type holds (`_PyTime_t`,
+/// nanoseconds in 64 bits), past which `socket.settimeout` raises `OverflowError`.
+const MAX_SECONDS: f64 = i64::MAX as f64 / 1e9;
+
+/// A Python timeout in seconds as a `Duration`: `None` stays `None` (wait forever). As
+/// `socket.settimeout`: `ValueError` for NaN or a negative number, `OverflowError` for one too
+/// large for CPython's clock (infinity included). Zero is "do not wait" (the call's deadline
+/// is now).
 pub(crate) fn duration(seconds: Option<f64>) -> PyResult<Option<Duration>> {
     match seconds {
         None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(_) => Err(pyo3::exceptions::PyValueError::new_err(
+        Some(s) if s.is_nan() => Err(pyo3::exceptions::PyValueError::new_err(
+            "Invalid value NaN (not a number)",
+        )),
+        Some(s) if s < 0.0 => Err(pyo3::exceptions::PyValueError::new_err(
             "Timeout value out of range",
         )),
+        Some(s) if s >= MAX_SECONDS => Err(pyo3::exceptions::PyOverflowError::new_err(
+            "timeout too large",
+        )),
+        // In range: a finite number of seconds below 2^63 ns, which `Duration` holds.
+        Some(s) => Ok(Some(Duration::from_secs_f64(s))),
     }
 }
 

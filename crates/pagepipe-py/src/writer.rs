@@ -5,7 +5,7 @@ use crate::error::to_py;
 use crate::held::{from_fds, Held};
 use crate::message;
 use crate::packets::{self, Put};
-use crate::wait::{duration, interruptible, DefaultTimeout};
+use crate::wait::{deadline, duration, interruptible_until, DefaultTimeout};
 use pagepipe::Writer;
 use pyo3::prelude::*;
 use std::os::fd::RawFd;
@@ -38,11 +38,13 @@ impl PyWriter {
 /// One `write`: all of `bytes` on a blocking end (the count so far if an error cuts it
 /// short, as `write(2)` returns), what fits on a non-blocking one. Waits in slices that
 /// Ctrl-C can end (see `wait::interruptible`): an exception a signal handler raises is
-/// raised whatever was written before it, as `socket.sendall` does.
+/// raised whatever was written before it, as `socket.sendall` does. `timeout` bounds the
+/// whole call (its deadline is set once, not after each part placed), as `socket.sendall`'s.
 fn write(py: Python<'_>, w: &Writer, bytes: &[u8], timeout: Option<Duration>) -> PyResult<usize> {
+    let until = deadline(timeout);
     let mut done = 0;
     loop {
-        match interruptible(py, timeout, |limit| w.write_deadline(&bytes[done..], limit))? {
+        match interruptible_until(py, until, |limit| w.write_deadline(&bytes[done..], limit))? {
             Ok(n) => done += n,
             Err(_) if done > 0 => return Ok(done),
             Err(e) => return Err(to_py(e)),
@@ -59,8 +61,9 @@ fn write(py: Python<'_>, w: &Writer, bytes: &[u8], timeout: Option<Duration>) ->
 #[pymethods]
 impl PyWriter {
     /// Writes the bytes of any buffer-protocol object `b`; returns the count. The GIL is
-    /// released while it copies and waits. `timeout` (seconds) bounds the wait for this call:
-    /// `TimeoutError` if it passes with nothing written, else the count written so far;
+    /// released while it copies and waits. `timeout` (seconds) bounds the whole call, as
+    /// `socket.sendall`'s does (not each part placed): `TimeoutError` if it passes with
+    /// nothing written, else the count written so far;
     /// without it, the object's `settimeout` applies, else the call waits as the end's mode
     /// says.
     ///

@@ -99,3 +99,21 @@ def get_loop(q):
     while True:
         check_sized(q.get())
         time.sleep(0.02)
+
+
+def put_two_and_stay(q, size, ready):
+    """Puts two messages of about `size` bytes; the second waits in the feeder for room."""
+    q.put(("first", pattern(size)))
+    q.put(("second", pattern(size)))
+    time.sleep(0.5)  # the feeder has the second and waits for room for it
+    ready.set()
+    time.sleep(600)
+
+
+def put_big_then_small_and_stay(q, size, ready):
+    """A message larger than the pipe (its feeder streams it), then a small one."""
+    q.put(("big", pattern(size)))
+    q.put(("small", b"x"))
+    time.sleep(0.5)  # the feeder has filled the pipe with the big one's first packets
+    ready.set()
+    time.sleep(600)

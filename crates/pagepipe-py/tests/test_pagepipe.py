@@ -377,3 +377,81 @@ def test_timeout_per_call_and_per_object():
     with pytest.raises(ValueError):
         r.read(1, timeout=float("nan"))
     assert r.read(10000, timeout=1) == bytes(4096)
+
+
+def test_a_write_timeout_bounds_the_whole_call_as_sendall_does():
+    # Review 41.1b: the deadline started again after each part placed, so a reader that
+    # takes a little now and then kept write(timeout=0.3) going for as long as it read.
+    w, r = pagepipe.pipe(4096)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            try:
+                r.read(4096, timeout=0.5)
+            except TimeoutError:
+                pass
+            time.sleep(0.02)
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        start = time.monotonic()
+        n = w.write(bytes(1 << 20), timeout=0.3)
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join()
+    assert 0 < n < 1 << 20
+    assert 0.25 < elapsed < 1.5
+
+
+def test_huge_nan_and_negative_timeouts_raise_as_socket_does():
+    # Review 41.1d: a huge finite timeout panicked (Duration::from_secs_f64); infinity was a
+    # ValueError. socket.settimeout raises OverflowError for both, ValueError for NaN and
+    # negative numbers.
+    w, r = pagepipe.pipe(4096)
+    for huge in (1e300, float("inf"), 2.0 ** 63):
+        with pytest.raises(OverflowError):
+            w.write(b"x", timeout=huge)
+        with pytest.raises(OverflowError):
+            r.read(1, timeout=huge)
+        with pytest.raises(OverflowError):
+            r.settimeout(huge)
+        with pytest.raises(OverflowError):
+            w.settimeout(huge)
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError):
+            w.write(b"x", timeout=bad)
+        with pytest.raises(ValueError):
+            r.settimeout(bad)
+    assert w.write(b"x", timeout=1e9) == 1  # large, but in range
+    r.settimeout(1e9)
+    assert r.gettimeout() == 1e9
+    assert r.read(1) == b"x"
+
+
+def test_an_end_whose_second_descriptor_fails_to_pickle_leaves_nothing_behind(monkeypatch):
+    # Review 41.1e: when reduction.DupFd failed for the second descriptor, the first one's
+    # duplicate stayed registered with the resource sharer (and open) for good.
+    from multiprocessing import reduction, resource_sharer
+
+    real, calls = reduction.DupFd, []
+
+    def dup_fd(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError("no more descriptors")
+        return real(fd)
+
+    w, r = pagepipe.pipe()
+    reduction.ForkingPickler.dumps(w)  # the sharer's thread and socket exist from now on
+    sharer = resource_sharer._resource_sharer
+    gc.collect()
+    before_fds, before_cache = _open_fds(), dict(sharer._cache)
+    monkeypatch.setattr(reduction, "DupFd", dup_fd)
+    with pytest.raises(OSError, match="no more descriptors"):
+        reduction.ForkingPickler.dumps(w)
+    assert len(calls) == 2
+    assert dict(sharer._cache) == before_cache
+    assert _open_fds() == before_fds

@@ -4,6 +4,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import threading
 import time
 
 import pytest
@@ -192,3 +193,155 @@ def test_a_subclass_hook_sees_an_unpicklable_object():
     q.put(True)
     assert q.get(timeout=5) is True
     assert obj.reduce_was_called and obj.hook_was_called
+
+
+def _stopped_writer(ctx, target, q, size):
+    ready = ctx.Event()
+    p = ctx.Process(target=target, args=(q, size, ready))
+    p.start()
+    assert ready.wait(30)
+    os.kill(p.pid, signal.SIGSTOP)
+    return p
+
+
+def _resume_later(p, after):
+    # A watchdog: a get that ignores its deadline or Ctrl-C returns late instead of hanging.
+    t = threading.Timer(after, os.kill, (p.pid, signal.SIGCONT))
+    t.start()
+    return t
+
+
+def test_a_get_keeps_its_deadline_while_a_message_waits_for_room():
+    # Review 41.1a: the second message did not fit; its writer (the feeder) wrote its first
+    # packets as room came, and a get that took them waited for the rest past its deadline,
+    # here for a writer that is stopped. Now a message that fits in the pipe goes in whole,
+    # once there is room for all of it: a get sees all of it or none.
+    ctx = multiprocessing.get_context("fork")
+    q = pagepipe.Queue(ctx=ctx, capacity=64 << 10)
+    p = _stopped_writer(ctx, helpers.put_two_and_stay, q, 48 << 10)
+    watchdog = _resume_later(p, 4)
+    try:
+        first = q.get(timeout=5)
+        assert first[0] == "first" and first[1] == helpers.pattern(48 << 10)
+        start = time.monotonic()
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.5)
+        assert time.monotonic() - start < 2
+        os.kill(p.pid, signal.SIGCONT)
+        second = q.get(timeout=10)  # whole, once its writer goes on
+        assert second[0] == "second" and second[1] == helpers.pattern(48 << 10)
+    finally:
+        watchdog.cancel()
+        os.kill(p.pid, signal.SIGCONT)
+        _kill(p)
+
+
+class _Interrupt:
+    """SIGALRM after `after` seconds raises KeyboardInterrupt (as Ctrl-C's handler does),
+    first calling `also` if given."""
+
+    def __init__(self, after, also=None):
+        self.after, self.also = after, also
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.also:
+                self.also()
+            raise KeyboardInterrupt
+
+        self.old = signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, self.after)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+
+
+def test_ctrl_c_ends_a_get_in_the_middle_of_a_message_whose_writer_stopped():
+    # Review 41.1a: a get in the middle of a message (larger than the pipe, so its writer
+    # streams it) looked at signals only before a message started: Ctrl-C waited for a
+    # stopped writer. Now it ends the get once a second passes without a packet; that message
+    # is given up (as a killed reader's), and the queue goes on whole.
+    ctx = multiprocessing.get_context("fork")
+    q = pagepipe.Queue(ctx=ctx, capacity=64 << 10)
+    p = _stopped_writer(ctx, helpers.put_big_then_small_and_stay, q, 1 << 20)
+    watchdog = _resume_later(p, 6)
+    try:
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            with _Interrupt(0.3):
+                q.get(timeout=30)
+        assert time.monotonic() - start < 3
+        os.kill(p.pid, signal.SIGCONT)
+        assert q.get(timeout=10) == ("small", b"x")
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.2)
+    finally:
+        watchdog.cancel()
+        os.kill(p.pid, signal.SIGCONT)
+        _kill(p)
+
+
+def test_ctrl_c_in_the_middle_of_a_message_that_keeps_coming_keeps_it_for_the_next_get():
+    # The message's writer goes on (the handler wakes it): the interrupted get reads the
+    # message to its end, raises KeyboardInterrupt, and the next get returns the message.
+    ctx = multiprocessing.get_context("fork")
+    q = pagepipe.Queue(ctx=ctx, capacity=64 << 10)
+    p = _stopped_writer(ctx, helpers.put_big_then_small_and_stay, q, 1 << 20)
+    watchdog = _resume_later(p, 6)
+    try:
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            with _Interrupt(0.3, also=lambda: os.kill(p.pid, signal.SIGCONT)):
+                q.get(timeout=30)
+        assert time.monotonic() - start < 3
+        big = q.get(timeout=10)
+        assert big[0] == "big" and big[1] == helpers.pattern(1 << 20)
+        assert q.get(timeout=10) == ("small", b"x")
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.2)
+    finally:
+        watchdog.cancel()
+        os.kill(p.pid, signal.SIGCONT)
+        _kill(p)
+
+
+def test_keyboard_interrupt_in_put_gives_the_place_back():
+    # Review 41.1c: an exception that is not an Exception (KeyboardInterrupt) between the
+    # semaphore's acquire and the message's hand-off kept the place: maxsize shrank for good.
+    class Interrupting:
+        def __reduce__(self):
+            raise KeyboardInterrupt
+
+    q = pagepipe.Queue(maxsize=1)
+    with pytest.raises(KeyboardInterrupt):
+        q.put(Interrupting())
+    assert q.qsize() == 0 and not q.full()
+    q.put(1, timeout=0.5)  # queue.Full before the fix
+    assert q.get(timeout=5) == 1
+
+
+def test_a_feeder_that_cannot_write_gives_the_place_back(capsys):
+    # Review 41.1c: the feeder's error path printed the error but kept the message's place.
+    q = pagepipe.Queue(capacity=64 << 10)
+    q.put(bytes(48 << 10))  # in the pipe now
+    q.put(bytes(48 << 10))  # does not fit: to the feeder
+    assert q.qsize() == 2
+    q._data_r.close()  # no reader left anywhere: the feeder's write fails
+    deadline = time.monotonic() + 10
+    while q.qsize() == 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert q.qsize() == 1
+    assert "BrokenPipeError" in capsys.readouterr().err
+
+
+def test_bad_timeouts_raise_as_multiprocessing_and_socket_do():
+    # Review 41.1d: a huge timeout panicked in Duration::from_secs_f64.
+    q = pagepipe.Queue()
+    q.put(1)
+    for huge in (1e300, float("inf")):
+        with pytest.raises(OverflowError):
+            q.get(timeout=huge)
+    with pytest.raises(ValueError):
+        q.get(timeout=float("nan"))
+    assert q.get(timeout=1e9) == 1

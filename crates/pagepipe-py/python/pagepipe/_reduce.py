@@ -113,18 +113,48 @@ def reduce_end(end):
     sweep()
     popen = context.get_spawning_popen()
     fds = end._export_fds()
+    dup = []
     try:
-        dup = tuple(reduction.DupFd(fd) for fd in fds)
+        for fd in fds:
+            dup.append(reduction.DupFd(fd))
     except BaseException:
+        # The first may have been handed over already (a duplicate registered with the
+        # resource sharer, or a number listed for the child): take it back too.
+        for d, fd in zip(dup, fds):
+            _withdraw(d, fd, popen)
         for fd in fds:
             os.close(fd)
         raise
+    dup = tuple(dup)
     if popen is not None:
         _keep_until_launched(popen, fds)
     else:
         for fd in fds:  # the resource sharer holds duplicates
             os.close(fd)
     return rebuild_end, (type(end), dup)
+
+
+def _withdraw(dup, fd, popen):
+    """Undoes reduction.DupFd(fd) (which gave `dup`) for an end that will not be pickled after
+    all: the resource sharer's duplicate is unregistered and closed; a number listed for a
+    starting child is taken off the list (it is about to be closed)."""
+    if popen is not None:
+        try:
+            popen._fds.remove(fd)
+        except (AttributeError, ValueError):
+            pass
+        return
+    from multiprocessing import resource_sharer
+    sharer = resource_sharer._resource_sharer
+    try:
+        _, key = dup._id
+    except (AttributeError, TypeError, ValueError):
+        return
+    with sharer._lock:
+        entry = sharer._cache.pop(key, None)
+    if entry is not None:
+        _, close = entry
+        close()
 
 
 def rebuild_end(cls, dup):

@@ -133,20 +133,30 @@ class Queue:
             raise ValueError(f"Queue {self!r} is closed")
         if not self._sem.acquire(block, timeout):
             raise Full
+        # The place taken is given back unless the message is in the pipe or the feeder's
+        # buffer: on an error, and on KeyboardInterrupt (or any exception a signal handler
+        # raises) wherever it strikes, or every later put would find one place fewer.
+        queued = False
         try:
-            data = _dumps(obj)
-        except Exception as e:
-            self._sem.release()
-            self._report(e, obj)
-            return
-        with self._notempty:
-            if not self._buffer and not self._feeding:
-                if self._data_w._put_message(self._lock_w, data, _message_id(), False):
-                    return
-            if self._thread is None:
-                self._start_thread()
-            self._buffer.append(data)
-            self._notempty.notify()
+            try:
+                data = _dumps(obj)
+            except Exception as e:
+                self._report(e, obj)
+                return
+            with self._notempty:
+                if not self._buffer and not self._feeding:
+                    queued = self._data_w._put_message(
+                        self._lock_w, data, _message_id(), False)
+                    if queued:
+                        return
+                if self._thread is None:
+                    self._start_thread()
+                self._buffer.append(data)
+                queued = True
+                self._notempty.notify()
+        finally:
+            if not queued:
+                self._sem.release()
 
     def put_nowait(self, obj):
         """put(obj, False)."""
@@ -231,7 +241,7 @@ class Queue:
         self._thread = threading.Thread(
             target=Queue._feed,
             args=(weakref.ref(self), self._buffer, self._notempty, self._data_w,
-                  self._lock_w, self._ignore_epipe, self._on_queue_feeder_error),
+                  self._lock_w, self._ignore_epipe, self._on_queue_feeder_error, self._sem),
             name="pagepipeQueueFeederThread",
             daemon=True,
         )
@@ -256,7 +266,7 @@ class Queue:
             notempty.notify()
 
     @staticmethod
-    def _feed(qref, buffer, notempty, data_w, lock_w, ignore_epipe, onerror):
+    def _feed(qref, buffer, notempty, data_w, lock_w, ignore_epipe, onerror, sem):
         while True:
             with notempty:
                 while not buffer:
@@ -276,6 +286,9 @@ class Queue:
                 if _util.is_exiting():
                     _util.info(f"error in queue thread: {e}")
                     return
+                # The message is not in the queue: its place is given back, as
+                # multiprocessing's feeder gives it back (the item silently left the queue).
+                sem.release()
                 traceback.print_exc()
             finally:
                 with notempty:
