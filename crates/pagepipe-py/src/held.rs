@@ -73,7 +73,9 @@ impl<E: PipeEnd> Held<E> {
     }
 
     pub(crate) fn fileno(&self) -> PyResult<RawFd> {
-        Ok(self.end()?.as_raw_fd())
+        let fd = self.end()?.as_raw_fd();
+        readiness::note(fd);
+        Ok(fd)
     }
 
     pub(crate) fn set_blocking(&self, blocking: bool) -> PyResult<()> {
@@ -105,4 +107,38 @@ pub(crate) fn from_fds<E: PipeEnd>(m: RawFd, signal: RawFd) -> PyResult<E> {
     // the receiving process ownership); `import` validates them before use.
     let fds = [m, signal].map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     E::from_fds(fds).map_err(to_py)
+}
+
+/// The descriptors `fileno()` handed out: each end's readiness descriptor (a kernel pipe that
+/// carries wake-ups, not the data), known by device and inode so that asyncio's
+/// `connect_read_pipe`/`connect_write_pipe` can refuse one (`pagepipe/aio.py`) instead of
+/// reading wake-up bytes from it as if they were the data.
+pub(crate) mod readiness {
+    use std::collections::HashSet;
+    use std::os::fd::{FromRawFd, RawFd};
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+
+    static SEEN: Mutex<Option<HashSet<(u64, u64)>>> = Mutex::new(None);
+
+    /// The (device, inode) of `fd`, if it is open.
+    fn identity(fd: RawFd) -> Option<(u64, u64)> {
+        // SAFETY: borrowed for one fstat; ManuallyDrop never closes it.
+        let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+        file.metadata().ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Notes that `fd` was handed out as an end's readiness descriptor.
+    pub(crate) fn note(fd: RawFd) {
+        let Some(id) = identity(fd) else { return };
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get_or_insert_with(HashSet::new).insert(id);
+    }
+
+    /// Whether `fd` is (a descriptor of the same pipe as) one `fileno()` handed out.
+    pub(crate) fn is_readiness(fd: RawFd) -> bool {
+        let Some(id) = identity(fd) else { return false };
+        let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        seen.as_ref().is_some_and(|s| s.contains(&id))
+    }
 }

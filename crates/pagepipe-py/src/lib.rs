@@ -50,11 +50,19 @@ fn _queue_pipes(capacity: usize) -> PyResult<(PyWriter, PyReader, PyWriter, PyRe
     ))
 }
 
+/// Whether `fd` is a pagepipe end's readiness descriptor (one its `fileno()` handed out, or
+/// a duplicate of one): it carries wake-ups, not the data.
+#[pyfunction]
+fn _is_readiness_fd(fd: std::os::fd::RawFd) -> bool {
+    held::readiness::is_readiness(fd)
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipe, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_pipes, m)?)?;
+    m.add_function(wrap_pyfunction!(_is_readiness_fd, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
     m.add("DEFAULT_CAPACITY", pagepipe::DEFAULT_CAPACITY)?;

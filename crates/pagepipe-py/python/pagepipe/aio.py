@@ -10,14 +10,20 @@
     >>> asyncio.run(main())
     b'line\\n'
 
-An end's fileno() is its readiness descriptor, not a descriptor of the data: do not hand it (or
-the end) to loop.connect_read_pipe / connect_write_pipe, which would read and write that
-descriptor itself. These functions watch it with add_reader / add_writer and move the data
-with calls that wait at most 1 ms (timeout=), so they change nothing other holders of the end see
+An end's fileno() is its readiness descriptor (a kernel pipe that carries wake-ups), not a
+descriptor of the data. loop.connect_read_pipe / connect_write_pipe would read and write that
+descriptor itself: given an end, a Connection, or any object whose fileno() is such a
+descriptor, they raise ValueError saying so (this module wraps the two methods of asyncio's
+Unix event loops to check; another loop, uvloop say, is not covered). Use open_reader and
+open_writer: they watch the descriptor with add_reader / add_writer and move the data with
+calls that wait at most 1 ms (timeout=), so they change nothing other holders of the end see
 (set_blocking would, in every process).
 """
 
 import asyncio
+from asyncio import unix_events as _unix_events
+
+from . import _native
 
 __all__ = ["open_reader", "open_writer", "PipeStreamWriter"]
 
@@ -189,3 +195,40 @@ class PipeStreamWriter:
 async def open_writer(writer):
     """A PipeStreamWriter over a pagepipe Writer (it belongs to the stream from now on)."""
     return PipeStreamWriter(asyncio.get_running_loop(), writer)
+
+
+def _refuse_readiness(pipe):
+    """ValueError if `pipe`'s fileno() is a pagepipe end's readiness descriptor."""
+    try:
+        fd = pipe.fileno()
+    except Exception:
+        return  # asyncio reports it as it would
+    if isinstance(fd, int) and _native._is_readiness_fd(fd):
+        raise ValueError(
+            f"{pipe!r}'s fileno() is a pagepipe end's readiness descriptor: it carries "
+            "wake-ups, not the data, so a pipe transport would read or write the wrong bytes. "
+            "Use pagepipe.aio.open_reader(end) / open_writer(end) for asyncio streams, or "
+            "loop.add_reader(end.fileno(), ...) with end.read(..., timeout=...).")
+
+
+def _guard(make):
+    def guarded(self, pipe, protocol, waiter=None, extra=None):
+        _refuse_readiness(pipe)
+        return make(self, pipe, protocol, waiter, extra)
+
+    guarded._pagepipe_guard = True
+    guarded.__wrapped__ = make
+    guarded.__name__ = make.__name__
+    guarded.__doc__ = make.__doc__
+    return guarded
+
+
+def _install_guards():
+    loop_class = _unix_events._UnixSelectorEventLoop
+    for name in ("_make_read_pipe_transport", "_make_write_pipe_transport"):
+        make = getattr(loop_class, name, None)
+        if make is not None and not getattr(make, "_pagepipe_guard", False):
+            setattr(loop_class, name, _guard(make))
+
+
+_install_guards()
