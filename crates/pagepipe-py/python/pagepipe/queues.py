@@ -13,7 +13,12 @@ the queue to the child at its start, as with multiprocessing.Queue). Every messa
 whole, once, whatever its size: a message is a run of 4 KiB packets written holding one side
 lock of a second, tiny pipe and read holding the other (see src/packets.rs), and side locks
 pass on when their holder dies, so a process killed in the middle of a put or a get blocks
-nobody (its partial message is dropped by the next reader).
+nobody (its partial message is dropped by the next reader). A message that fits in the pipe
+is written in one burst once there is room for all of it, so a get's timeout holds: it sees
+all of a message or nothing of it. Ctrl-C in the middle of a message reads it to its end if it
+keeps coming (kept for this process's next get) or gives it up after 1 s without a packet;
+a timeout does not end a get in the middle of a message whose writer is stopped while writing
+it (see the package README).
 
 Differences from multiprocessing.Queue, all in the caller's favour or invisible to it:
 - put() pickles the object at once (multiprocessing pickles it later, in its feeder thread, so
