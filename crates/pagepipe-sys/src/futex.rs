@@ -14,7 +14,7 @@ pub fn wait(
         libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
         expected,
         timeout,
-    )
+    ) != WaitEnd::TimedOut
 }
 
 /// Wakes every thread sleeping on `word` (`futex(2)`, `FUTEX_WAKE_PRIVATE`).
@@ -30,6 +30,28 @@ pub fn wake_all(word: &std::sync::atomic::AtomicU32) {
 /// keyed by the memory's inode and offset, so processes may map the word at different
 /// addresses). Returns false when `timeout` expired; spurious returns are possible.
 pub fn wait_shared(word: *const u32, expected: u32, timeout: Option<std::time::Duration>) -> bool {
+    wait_op(word, libc::FUTEX_WAIT, expected, timeout) != WaitEnd::TimedOut
+}
+
+/// How a futex wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The call returned 0: a `FUTEX_WAKE` picked this sleeper (a sleeper woken by a wake of
+    /// one knows the wake-up was spent on it).
+    Woken,
+    /// The timeout expired.
+    TimedOut,
+    /// It did not sleep, or stopped for another reason: the word no longer held `expected`
+    /// (`EAGAIN`), a signal (`EINTR`), or an error.
+    Other,
+}
+
+/// As [`wait_shared`], telling how the wait ended.
+pub fn wait_shared_end(
+    word: *const u32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) -> WaitEnd {
     wait_op(word, libc::FUTEX_WAIT, expected, timeout)
 }
 
@@ -49,7 +71,7 @@ fn wait_op(
     op: libc::c_int,
     expected: u32,
     timeout: Option<std::time::Duration>,
-) -> bool {
+) -> WaitEnd {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -61,7 +83,13 @@ fn wait_op(
     // atomic they borrow or one of a mapping they hold; a bad address is EFAULT, not undefined
     // behaviour) and `ts_ptr` is null or a timespec that outlives the call.
     let rc = unsafe { libc::syscall(libc::SYS_futex, word, op, expected, ts_ptr) };
-    !(rc == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    if rc == 0 {
+        WaitEnd::Woken
+    } else if io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        WaitEnd::TimedOut
+    } else {
+        WaitEnd::Other
+    }
 }
 
 /// `FUTEX_WAKE` (private or shared, per `op`) of up to `n` sleepers.

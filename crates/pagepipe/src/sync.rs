@@ -32,23 +32,44 @@ pub(crate) use std::sync::atomic::{
 };
 use std::time::Duration;
 
-/// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe.
+/// A sequence word that sleepers wait on and wakers bump: the futex of one side of a pipe, and
+/// the count of its sleepers.
 ///
 /// It lives in a pipe's shared region, so waits and wakes use shared futexes (keyed by the
 /// memory file, not the address): a waker in one process wakes a sleeper in another.
 ///
 /// Protocol: a sleeper reads the word, registers itself (in the ring index word, see
-/// `End::wait_readable` in `pipe/end.rs`), rechecks its condition and only then calls [`Futex::wait`] with
-/// the value it read; a waker changes the condition, then calls [`Futex::wake_all`], which bumps the
-/// word before waking. A wake that races the sleeper's recheck changes the word, so the
-/// kernel's compare in FUTEX_WAIT fails and the sleeper goes round again: no lost wakeup.
-#[cfg_attr(not(loom), repr(transparent))]
+/// `wait::sleep_until`), rechecks its condition and only then calls [`Futex::sleep`] with the
+/// value it read; a waker changes the condition, then calls [`Futex::wake_one`] or
+/// [`Futex::wake_all`], which bump the word before waking. A wake that races the sleeper's
+/// recheck changes the word, so the kernel's compare in FUTEX_WAIT fails and the sleeper goes
+/// round again: no lost wakeup.
+///
+/// `sleepers` counts the threads between their increment before FUTEX_WAIT and their decrement
+/// after it. A sleeper that a wake of one picked (the kernel dequeued it under its hash-bucket
+/// lock, after every sleeper still queued had counted itself: the count of those is in the
+/// value its decrement reads) learns from it whether others may still be asleep (see
+/// `wait::sleep_until`). A hint only: a hostile peer may write any value, which costs wake-ups
+/// or leaves a sleeper to its tick, never memory safety.
+#[cfg_attr(not(loom), repr(C))]
 pub(crate) struct Futex {
     word: AtomicU32,
+    sleepers: AtomicU32,
     #[cfg(loom)]
     lock: loom::sync::Mutex<()>,
     #[cfg(loom)]
     cv: loom::sync::Condvar,
+}
+
+/// How [`Futex::sleep`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slept {
+    /// A wake picked this sleeper; `others` other sleepers were counted as it woke.
+    Woken { others: u32 },
+    /// The timeout expired.
+    TimedOut,
+    /// The word had moved (no sleep), a signal, or an error.
+    Other,
 }
 
 impl Futex {
@@ -56,37 +77,68 @@ impl Futex {
     pub(crate) fn new() -> Futex {
         Futex {
             word: AtomicU32::new(0),
-            #[cfg(loom)]
+            sleepers: AtomicU32::new(0),
             lock: loom::sync::Mutex::new(()),
-            #[cfg(loom)]
             cv: loom::sync::Condvar::new(),
         }
     }
 
-    /// The current sequence value, to pass to [`Futex::wait`].
+    /// The current sequence value, to pass to [`Futex::sleep`].
     pub(crate) fn seq(&self) -> u32 {
-        // Acquire: pairs with the Release bump in `wake_all`, so a sleeper that reads the new
-        // value also sees the condition change that preceded the bump.
+        // Acquire: pairs with the Release bump in `wake_one`/`wake_all`, so a sleeper that reads
+        // the new value also sees the condition change that preceded the bump.
         self.word.load(Ordering::Acquire)
     }
 
-    /// Sleeps until the word moves away from `seq` (or spuriously, or after `timeout`).
-    /// Returns false on timeout.
-    pub(crate) fn wait(&self, seq: u32, timeout: Option<Duration>) -> bool {
+    /// Sleeps, counted, until the word moves away from `seq` (or spuriously, or after
+    /// `timeout`).
+    pub(crate) fn sleep(&self, seq: u32, timeout: Option<Duration>) -> Slept {
+        // Relaxed (both): the kernel's hash-bucket lock orders a queued sleeper's increment
+        // before the wake that dequeues another, and that before the woken one's decrement; an
+        // RMW reads the latest value in the word's order.
+        self.sleepers.fetch_add(1, Ordering::Relaxed);
         #[cfg(not(loom))]
-        {
-            crate::sys::futex::wait_shared(self.word.as_ptr(), seq, timeout)
-        }
+        let end = match crate::sys::futex::wait_shared_end(self.word.as_ptr(), seq, timeout) {
+            crate::sys::futex::WaitEnd::Woken => true,
+            crate::sys::futex::WaitEnd::TimedOut => false,
+            crate::sys::futex::WaitEnd::Other => {
+                self.sleepers.fetch_sub(1, Ordering::Relaxed);
+                return Slept::Other;
+            }
+        };
         #[cfg(loom)]
-        {
+        let end = {
             let _ = timeout;
             let guard = self.lock.lock().unwrap();
-            // Acquire: pairs with the Release bump in `wake_all` (as in `seq`).
+            // Acquire: pairs with the Release bump in `wake_one`/`wake_all` (as in `seq`).
             if self.word.load(Ordering::Acquire) != seq {
-                return true;
+                drop(guard);
+                self.sleepers.fetch_sub(1, Ordering::Relaxed);
+                return Slept::Other;
             }
             drop(self.cv.wait(guard).unwrap());
             true
+        };
+        let before = self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        if end {
+            Slept::Woken {
+                others: before.saturating_sub(1),
+            }
+        } else {
+            Slept::TimedOut
+        }
+    }
+
+    /// Bumps the sequence and wakes one sleeper (the kernel picks it), if any.
+    pub(crate) fn wake_one(&self) {
+        // Release: pairs with the Acquire load in `seq`.
+        self.word.fetch_add(1, Ordering::Release);
+        #[cfg(not(loom))]
+        crate::sys::futex::wake_one_shared(self.word.as_ptr());
+        #[cfg(loom)]
+        {
+            let _guard = self.lock.lock().unwrap();
+            self.cv.notify_one();
         }
     }
 

@@ -3,14 +3,16 @@
 //! - [`sleep_until`]: a blocked side spins while spinning pays (see [`crate::spin`]), then registers in the other side's index word
 //!   (see [`crate::ring`]), rechecks and sleeps on its futex, a tick at a time, so a dead peer
 //!   (who cannot wake anyone) is noticed at the next tick.
-//! - [`wake_if_waiting`]: the advancing side wakes sleepers only when the index RMW that
+//! - [`wake_one_if_waiting`]: the advancing side wakes a sleeper only when the index RMW that
 //!   published (or consumed) returned the sleeper flag: an uncontended operation makes no
-//!   syscall.
+//!   syscall. It wakes one, as Linux's pipe wakes one exclusive waiter; the one woken hands
+//!   the flag on and [`pass_on`] the wake-up (with N readers on one pipe, waking all of them
+//!   for each write was N - 1 wasted trips through the scheduler).
 //! - [`Wakers`]: the same protocol for async tasks of this process.
 
 use crate::error::timed_out;
 use crate::ring::WAITING;
-use crate::sync::{AtomicU64, Futex, Ordering};
+use crate::sync::{AtomicU64, Futex, Ordering, Slept};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -232,6 +234,12 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
 /// index `word` (head for readers, tail for writers), rechecks and sleeps on `futex`, a tick at a
 /// time; after a tick that nobody ended, rechecks with `force` (peers may have died). With
 /// `ask_first`, also rechecks with `force` before the first sleep.
+///
+/// An advance wakes one sleeper, as Linux's pipe wakes one exclusive waiter ([`wake_one_if_waiting`]),
+/// and clears the flag that every sleeper registered in. So the one it picked, finding others
+/// still asleep (the futex's count), puts the flag back before it looks: the next advance
+/// wakes the next one, and the reader or writer that leaves queued data or room behind passes
+/// the wake-up on ([`pass_on`]).
 pub(crate) fn sleep_until(
     word: &AtomicU64,
     futex: &Futex,
@@ -269,22 +277,64 @@ pub(crate) fn sleep_until(
             }
             tick = tick.min(d - now);
         }
-        if !futex.wait(seq, Some(tick)) && ready(true) {
-            return Ok(());
+        match futex.sleep(seq, Some(tick)) {
+            Slept::Woken { others } => {
+                if others > 0 {
+                    // The wake that picked us cleared the flag the others registered in: put
+                    // it back for them (Relaxed: a hint the next advance's RMW reads; a stale
+                    // one costs a wake-up that finds nobody).
+                    word.fetch_or(WAITING, Ordering::Relaxed);
+                }
+                // Look before registering again: a registration left behind would cost the
+                // next advance a wake-up that finds nobody.
+                if ready(false) {
+                    return Ok(());
+                }
+            }
+            Slept::TimedOut if ready(true) => return Ok(()),
+            Slept::TimedOut | Slept::Other => {}
         }
     }
 }
 
-/// After an RMW on an index `word` returned `old`: wakes every sleeper registered in it.
-pub(crate) fn wake_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
+/// After an RMW on an index `word` returned `old`: wakes one sleeper registered in it, as an
+/// advance does (a published slot, a freed one). The others stay asleep with the flag put back
+/// by the one woken (see [`sleep_until`]).
+pub(crate) fn wake_one_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
     if old & WAITING != 0 {
         // Relaxed: clearing the flag may erase a registration made after `old`; that sleeper
-        // read the futex sequence before the bump in wake_all (Release), so its FUTEX_WAIT fails
-        // or is woken by this wake_all: correct because we wake all, never one.
+        // read the futex sequence before the bump (Release), so its FUTEX_WAIT fails and it
+        // registers again. One that was already asleep stays asleep: the sleeper this wakes
+        // counted it and puts the flag back.
+        word.fetch_and(!WAITING, Ordering::Relaxed);
+        futex.wake_one();
+    }
+}
+
+/// After an RMW on an index `word` returned `old`: wakes every sleeper registered in it, as a
+/// close or a change of capacity does (every sleeper must look).
+pub(crate) fn wake_all_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
+    if old & WAITING != 0 {
+        // Relaxed: as in `wake_one_if_waiting`; every sleeper already asleep is woken.
         word.fetch_and(!WAITING, Ordering::Relaxed);
         futex.wake_all();
     }
 }
+
+/// When a side is let go (its guard dropped, after the unlock): if a sleeper of that side is
+/// registered in the other side's index `word` and `left(index)` says something is left for it
+/// (queued data after a read, room after a write), wakes one, as Linux's pipe_read wakes the
+/// next reader when it leaves data behind. This is where a wake-up one sleeper took, but left
+/// unused (it read part, or wrote part), reaches the next. Costs a load when nobody sleeps.
+pub(crate) fn pass_on(word: &AtomicU64, futex: &Futex, left: impl FnOnce(u64) -> bool) {
+    // Relaxed: a hint. A sleeper that put the flag back did so before it looked again; one
+    // registering now rechecks after its own RMW and sees what is left.
+    let w = word.load(Ordering::Relaxed);
+    if w & WAITING != 0 && left(crate::ring::index(w)) {
+        wake_one_if_waiting(word, futex, w);
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -929,7 +929,7 @@ impl Drop for End {
         };
         // Release: as above.
         let old = word.fetch_or(0, Ordering::Release);
-        crate::wait::wake_if_waiting(word, futex, old);
+        crate::wait::wake_all_if_waiting(word, futex, old);
         // Tasks of this process waiting on the other side see the close at once (those in
         // other processes by their descriptor's POLLHUP or POLLERR).
         self.wake_peer_waiters();

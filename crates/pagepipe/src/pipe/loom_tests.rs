@@ -100,7 +100,7 @@ fn loom_page_never_handed_out_twice() {
 fn loom_two_sleeping_readers_both_wake() {
     loom::model(|| {
         // Two reader clones may both register as sleepers; one publication clears the flag for
-        // both, so waking must wake all of them: each still gets its byte.
+        // both and wakes one, which must put the flag back for the other: each gets its byte.
         let (mut w, r) = one_slot_pipe();
         let r2 = r.clone();
         let a = thread::spawn(move || {
@@ -118,6 +118,53 @@ fn loom_two_sleeping_readers_both_wake() {
         let mut got = [a.join().unwrap(), b.join().unwrap()];
         got.sort();
         assert_eq!(&got, b"xy");
+    });
+}
+
+#[test]
+fn loom_a_wake_up_left_unused_is_passed_on() {
+    loom::model(|| {
+        // One write queues two bytes while two reader clones may both sleep: its publication
+        // wakes one reader, which reads one byte and must hand the wake-up to the other.
+        let (mut w, r) = one_slot_pipe();
+        let r2 = r.clone();
+        let a = thread::spawn(move || {
+            let mut b = [0u8; 1];
+            (&r).read_exact(&mut b).unwrap();
+            b[0]
+        });
+        let b = thread::spawn(move || {
+            let mut b = [0u8; 1];
+            (&r2).read_exact(&mut b).unwrap();
+            b[0]
+        });
+        w.write_all(b"xy").unwrap();
+        let mut got = [a.join().unwrap(), b.join().unwrap()];
+        got.sort();
+        assert_eq!(&got, b"xy");
+    });
+}
+
+#[test]
+fn loom_two_sleeping_writers_both_get_room() {
+    // Three threads: two preemptions bound the model to minutes (three took over six).
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        // A full one-slot ring and two writer clones waiting for room: each freed slot wakes
+        // one of them, and neither is left asleep.
+        let (mut w, mut r) = one_slot_pipe();
+        w.write_all(&[0u8; 4096]).unwrap();
+        let mut w2 = w.clone();
+        let a = thread::spawn(move || w.write_all(b"a").unwrap());
+        let b = thread::spawn(move || w2.write_all(b"b").unwrap());
+        let mut got = vec![0u8; 4098];
+        r.read_exact(&mut got).unwrap();
+        a.join().unwrap();
+        b.join().unwrap();
+        let mut tail = [got[4096], got[4097]];
+        tail.sort();
+        assert_eq!(&tail, b"ab");
     });
 }
 

@@ -12,7 +12,7 @@ use crate::lock::{self, Taken};
 use crate::region::{self, Config, Region, Side, Slot, RELEASED};
 use crate::ring::{self, check_indices, ONE};
 use crate::sync::{AtomicU64, ColdU64, Ordering};
-use crate::wait::{wake_if_waiting, Lazy, Wakers};
+use crate::wait::{wake_one_if_waiting, Lazy, Wakers};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -183,6 +183,10 @@ impl Drop for WriteGuard<'_> {
         let h = self.sh.header();
         store_side_state(&h.write_side.state, self.head, self.cached_tail);
         h.write_side.lock.unlock(self.sh);
+        // Room left for another writer asleep: hand it the wake-up (see `wait::sleep_until`).
+        crate::wait::pass_on(&h.tail.word, &h.writable, |tail| {
+            !ring::is_full(self.head, tail, self.limit)
+        });
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
         #[cfg(any(feature = "tokio", loom))]
         if let Some(w) = self.sh.waiters.get() {
@@ -196,6 +200,8 @@ impl Drop for ReadGuard<'_> {
         let h = self.sh.header();
         store_side_state(&h.read_side.state, self.tail, self.cached_head);
         h.read_side.lock.unlock(self.sh);
+        // Data left for another reader asleep: hand it the wake-up (see `wait::sleep_until`).
+        crate::wait::pass_on(&h.head.word, &h.readable, |head| head != self.tail);
         // After the unlock's SeqCst swap: the advance of `Wakers`' protocol.
         #[cfg(any(feature = "tokio", loom))]
         if let Some(w) = self.sh.waiters.get() {
@@ -692,13 +698,13 @@ impl Shared {
     /// Called after a slot was published with a `head` RMW that returned `old`.
     pub(crate) fn wake_readers_if_waiting(&self, old: u64) {
         let h = self.header();
-        wake_if_waiting(&h.head.word, &h.readable, old);
+        wake_one_if_waiting(&h.head.word, &h.readable, old);
     }
 
     /// Called after a slot was consumed with a `tail` RMW that returned `old`.
     pub(crate) fn wake_writers_if_waiting(&self, old: u64) {
         let h = self.header();
-        wake_if_waiting(&h.tail.word, &h.writable, old);
+        wake_one_if_waiting(&h.tail.word, &h.writable, old);
     }
 
     /// Hands `n` released slots back to the writer side and wakes a sleeping writer.
