@@ -11,14 +11,76 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// What a handle holds: the end, and the descriptors `pp_*_to_env` handed out for a child to
 /// inherit (kept open, like the end itself, until the handle is closed).
 pub(crate) struct Held<E> {
     pub(crate) end: E,
-    exported: Mutex<Vec<OwnedFd>>,
+    exported: Exported,
 }
+
+/// The descriptors `pp_*_to_env` handed out, a list that only grows until the handle's value
+/// is dropped. Lock-free: a child forked while another thread was adding to it (a lock held
+/// at the fork stays held in the child forever) can still export and close.
+struct Exported {
+    head: AtomicPtr<Export>,
+}
+
+/// One `pp_*_to_env` call's descriptors.
+struct Export {
+    fds: [OwnedFd; 2],
+    next: *mut Export,
+}
+
+impl Exported {
+    const fn new() -> Exported {
+        Exported {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Keeps `fds` open until the list is dropped.
+    fn push(&self, fds: [OwnedFd; 2]) {
+        let node = Box::into_raw(Box::new(Export {
+            fds,
+            next: std::ptr::null_mut(),
+        }));
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is ours until the CAS below publishes it.
+            unsafe { (*node).next = head };
+            // Release: the node's contents happen before whoever walks the list (Drop, with
+            // `&mut self`, after the handle's last call).
+            match self
+                .head
+                .compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        let mut p = *self.head.get_mut();
+        while !p.is_null() {
+            // SAFETY: every node was made by `Box::into_raw` in `push` and is reachable only
+            // from this list, which `&mut self` owns now.
+            let node = unsafe { Box::from_raw(p) };
+            p = node.next;
+            drop(node.fds); // closes the descriptors
+        }
+    }
+}
+
+// SAFETY: the raw pointers are owned Boxes of `Export` (descriptors: Send and Sync); the list
+// is only pushed to through the atomic head and walked with `&mut self`.
+unsafe impl Send for Exported {}
+// SAFETY: as above.
+unsafe impl Sync for Exported {}
 
 /// The handles of every write end.
 pub(crate) static WRITERS: Pool<Held<Writer>> = Pool::new(Kind::Writer);
@@ -77,7 +139,7 @@ pub(crate) fn new_handle<E: Table>(end: E) -> io::Result<usize> {
     handle::install_fork_handler(after_fork_child);
     E::table().open(Held {
         end,
-        exported: Mutex::new(Vec::new()),
+        exported: Exported::new(),
     })
 }
 
@@ -169,10 +231,7 @@ pub(crate) fn to_env<E: Table, P>(p: *const P, var: *const c_char) -> io::Result
         let [m, signal] = fds.each_ref().map(AsRawFd::as_raw_fd);
         // The format `from_env` reads.
         std::env::set_var(name, format!("pagepipe:{}:{m}:{signal}", E::NAME));
-        held.exported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(fds);
+        held.exported.push(fds);
         Ok(())
     })
 }

@@ -210,6 +210,7 @@ impl<T: Send + Sync + 'static> Pool<T> {
         let _leave = Leave {
             pool: self,
             index,
+            gen,
             slot,
         };
         // SAFETY: we counted ourselves on an OPEN slot of this generation: the value is Some
@@ -441,28 +442,50 @@ fn closed() -> io::Error {
 struct Leave<T: Send + Sync + 'static> {
     pool: &'static Pool<T>,
     index: u32,
+    /// The slot's generation when the call counted itself (masked as handles carry it).
+    gen: u32,
     slot: &'static Slot<T>,
 }
 
 impl<T: Send + Sync + 'static> Drop for Leave<T> {
     fn drop(&mut self) {
-        // Release: this call's use of the value happens before the drop (try_drop's Acquire).
-        let prev = self.slot.state.fetch_sub(ONE, Ordering::Release);
-        if phase(prev) == CLOSED && count(prev) == 1 {
-            self.pool.try_drop(self.index, self.slot, generation(prev));
+        let mut s = self.slot.state.load(Ordering::Relaxed);
+        loop {
+            if count(s) == 0 || generation(s) & GEN_MASK != self.gen {
+                // A fork from a signal handler that interrupted this call: the child's fork
+                // handler already took the counts of the calls in flight, ours with them (and
+                // the slot may since hold another handle's value and counts).
+                return;
+            }
+            // Release: this call's use of the value happens before the drop (try_drop's
+            // Acquire).
+            match self.slot.state.compare_exchange_weak(
+                s,
+                s - ONE,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => s = now,
+            }
+        }
+        if phase(s) == CLOSED && count(s) == 1 {
+            self.pool.try_drop(self.index, self.slot, generation(s));
         }
     }
 }
 
 /// Registers `child` to run in every child `fork(2)` makes, once per process.
 pub(crate) fn install_fork_handler(child: unsafe extern "C" fn()) {
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    if !INSTALLED.swap(true, Ordering::Relaxed) {
+    // A `Once`: a second thread that opens a handle meanwhile waits until the handler is
+    // registered, so no fork after any handle exists can miss it.
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
         // SAFETY: pthread_atfork(3) only records the function; `child` runs in the child's
         // only thread and does atomic loads and stores. A failure (ENOMEM) leaves a child the
         // counts it inherits: its closes of those ends then wait for its exit.
         unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    }
+    });
 }
 
 #[cfg(test)]
@@ -514,6 +537,25 @@ mod tests {
         assert_eq!(kind_of(POOL.close(h).unwrap_err()), Some(libc::EINVAL));
         assert!(POOL.with(again, |_| Ok(())).is_ok());
         POOL.close(again).unwrap();
+    }
+
+    #[test]
+    fn a_call_whose_count_a_fork_handler_took_leaves_the_slot_whole() {
+        // A fork from a signal handler that interrupted a call: in the child, the handler
+        // (here called by hand) takes the call's count; the call's return must not take it
+        // again (a decrement below zero would borrow from the phase and generation bits).
+        static POOL: Pool<Flag> = Pool::new(Kind::Writer);
+        let (value, dropped) = flag();
+        let h = POOL.open(value).unwrap();
+        POOL.with(h, |_| {
+            POOL.after_fork_child();
+            Ok(())
+        })
+        .unwrap();
+        assert!(POOL.with(h, |_| Ok(())).is_ok(), "still open, count whole");
+        POOL.close(h).unwrap();
+        assert!(dropped.load(Ordering::SeqCst));
+        assert_eq!(kind_of(POOL.close(h).unwrap_err()), Some(libc::EINVAL));
     }
 
     #[test]
