@@ -8,7 +8,7 @@ use crate::copy::dest::{refuse_trailing_slash, refuse_unreplaceable};
 use crate::copy::plan::{ctx, invalid, parent_of};
 use crate::copy::temp::{How, Layout, Perms};
 use pagepipe_dontcache::{self as dontcache, Reader};
-use std::fs::{self, File, Metadata};
+use std::fs::{File, Metadata};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -88,9 +88,15 @@ impl Copier<'_> {
     pub(super) fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
         let given = dst;
         refuse_trailing_slash(given)?;
-        let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
-        // Looked at once: a new name (the common case in a tree) costs one failed stat.
-        let existing = fs::metadata(dst).ok();
+        // Looked at once: a new name costs one failed stat, and none at all in a directory this
+        // run made (the common case in a tree), where only this run puts names (cp's shortcut).
+        let (dst, existing) = if self.made_dirs.contains(&parent_of(dst)) {
+            self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
+            (dst.to_path_buf(), None)
+        } else {
+            self.destination(&format!("'{}'", src.display()), dst)?
+        };
+        let dst = &dst;
         if existing.is_some() {
             refuse_unreplaceable(dst)?;
         }
@@ -112,8 +118,7 @@ impl Copier<'_> {
         }
         let what = format!("reading '{}'", src.display());
         let file = File::open(src).map_err(ctx(&what))?;
-        let probe = file.try_clone().map_err(ctx(&what))?;
-        self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
+        self.summary.src_cached_before += dontcache::cached_bytes(&file).unwrap_or(0);
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let size = meta.len();
         // cp: an existing destination keeps its mode (cp writes into it); a new one is created
@@ -125,12 +130,15 @@ impl Copier<'_> {
         };
         let layout = if meta.blocks() * 512 < size {
             // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
-            match data_extents(&probe, size) {
+            match data_extents(reader.file(), size) {
                 Ok(extents) => Layout::Sparse { size, extents },
-                Err(_) => Layout::Dense(size),
+                Err(_) => Layout::Dense { size, exact: false },
             }
         } else {
-            Layout::Dense(size)
+            Layout::Dense {
+                size,
+                exact: size > 0,
+            }
         };
         // A small file goes in a batch, if its directory can be opened to sync its filesystem
         // (a missing one is reported by the create, naming the destination).
@@ -152,7 +160,7 @@ impl Copier<'_> {
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
         // one that was truncated or grew while being read does not: that is an error.
-        let now = probe.metadata().map_err(ctx(&what))?.len();
+        let now = reader.file().metadata().map_err(ctx(&what))?.len();
         if written.bytes < size && now < size {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -177,9 +185,10 @@ impl Copier<'_> {
         self.summary
             .read_modes
             .insert(format!("{:?}", reader.mode()).to_lowercase());
-        drop(reader); // drops what its last reads left cached
+        reader.drop_read_pages(); // what its last reads left cached
         self.summary.src_bytes += written.bytes;
-        self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
+        self.summary.src_cached += dontcache::cached_bytes(reader.file()).unwrap_or(0);
+        drop(reader);
         // As named too: a symlink at `given` was followed to `dst`.
         self.created.insert(given.to_path_buf());
         self.commit_or_defer(written, dst)
@@ -187,9 +196,10 @@ impl Copier<'_> {
 
     pub(super) fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
         refuse_trailing_slash(dst)?;
-        let dst = &self.destination("standard input", dst)?;
+        let (dst, existing) = self.destination("standard input", dst)?;
+        let dst = &dst;
         refuse_unreplaceable(dst)?;
-        if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
+        if existing.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(invalid(format!(
                 "cannot overwrite directory '{}' with standard input",
                 dst.display()
@@ -206,8 +216,8 @@ impl Copier<'_> {
             ));
         }
         self.summary.from_stdin = true;
-        let perms = match fs::metadata(dst) {
-            Ok(d) if d.is_file() => Perms::Existing(d),
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
             _ => Perms::Create(0o666),
         };
         let mut stdin = StdinSource(io::stdin().lock());

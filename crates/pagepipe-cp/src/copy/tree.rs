@@ -214,6 +214,7 @@ impl Copier<'_> {
                 dst.display()
             )))?;
         crate::stale::mark_clean(dst);
+        self.made_dirs.insert(dst.to_path_buf());
         self.named_in(dst);
         Ok(())
     }
