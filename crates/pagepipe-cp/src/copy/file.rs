@@ -67,6 +67,23 @@ fn data_extents(file: &File, size: u64) -> io::Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
+/// The holes of a file of `size` bytes with data in `extents` (ascending): the ranges between
+/// them and after the last.
+fn holes_of(extents: &[(u64, u64)], size: u64) -> Vec<(u64, u64)> {
+    let mut holes = Vec::new();
+    let mut at = 0;
+    for &(start, end) in extents {
+        if start > at {
+            holes.push((at, start));
+        }
+        at = at.max(end);
+    }
+    if size > at {
+        holes.push((at, size));
+    }
+    holes
+}
+
 /// Whether standard input was closed when the process started. Rust's runtime reopens a closed
 /// descriptor 0 on `/dev/null` for reading and writing before `main`, which reads as an empty
 /// input; a shell's `< /dev/null` opens it read-only. Copying that empty input replaced the
@@ -140,6 +157,13 @@ impl Copier<'_> {
                 exact: size > 0,
             }
         };
+        // Where the source has no data: what a read there caches (the kernel's readahead into
+        // a hole, the read of its last byte) is dropped after the copy, which the reads' own
+        // dropping missed (1-12 MiB were left cached of a source ending in a hole).
+        let holes = match &layout {
+            Layout::Sparse { size, extents } => holes_of(extents, *size),
+            _ => Vec::new(),
+        };
         // A small file goes in a batch, if its directory can be opened to sync its filesystem
         // (a missing one is reported by the create, naming the destination).
         let fs_dev = if size <= batch::SMALL {
@@ -186,6 +210,10 @@ impl Copier<'_> {
             .read_modes
             .insert(format!("{:?}", reader.mode()).to_lowercase());
         reader.drop_read_pages(); // what its last reads left cached
+        for &(start, end) in &holes {
+            // Fails only for a bad descriptor or a non-regular file.
+            let _ = pagepipe_sys::fs::fadvise_dontneed(reader.file(), start, end - start);
+        }
         self.summary.src_bytes += written.bytes;
         self.summary.src_cached += dontcache::cached_bytes(reader.file()).unwrap_or(0);
         drop(reader);
@@ -229,5 +257,20 @@ impl Copier<'_> {
         };
         let written = self.write_temp(&mut stdin, "reading standard input", dst, how)?;
         self.commit(written, dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holes_of;
+
+    #[test]
+    fn holes_are_what_lies_between_and_after_the_data() {
+        assert_eq!(holes_of(&[], 10), vec![(0, 10)]);
+        assert_eq!(holes_of(&[(0, 4)], 4), vec![]);
+        assert_eq!(
+            holes_of(&[(2, 4), (6, 8)], 12),
+            vec![(0, 2), (4, 6), (8, 12)]
+        );
     }
 }
