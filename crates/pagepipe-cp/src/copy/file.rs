@@ -13,20 +13,21 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Standard input, which is never sparse: seeking it is never asked for.
-struct StdinSource<'a>(io::StdinLock<'a>);
+/// A source read to its end (standard input, a fifo, a character device), which is never
+/// sparse: seeking it is never asked for.
+struct StreamSource<R>(R);
 
-impl Read for StdinSource<'_> {
+impl<R: Read> Read for StreamSource<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read(buf)
     }
 }
 
-impl Seek for StdinSource<'_> {
+impl<R> Seek for StreamSource<R> {
     fn seek(&mut self, _: SeekFrom) -> io::Result<u64> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "standard input cannot seek",
+            "a stream cannot seek",
         ))
     }
 }
@@ -248,7 +249,7 @@ impl Copier<'_> {
             Some(d) if d.is_file() => Perms::Existing(d),
             _ => Perms::Create(0o666),
         };
-        let mut stdin = StdinSource(io::stdin().lock());
+        let mut stdin = StreamSource(io::stdin().lock());
         let how = How {
             perms,
             layout: Layout::Stream,
@@ -256,6 +257,45 @@ impl Copier<'_> {
             batched: false,
         };
         let written = self.write_temp(&mut stdin, "reading standard input", dst, how)?;
+        self.commit(written, dst)
+    }
+
+    /// A fifo or character device named as SRC without `-r`: read to its end and copied into a
+    /// regular file, as cp copies it (a fifo has no size: its content is streamed into the
+    /// durable temporary, as standard input is). Opening a fifo waits for a writer, as cp's
+    /// open does. No page cache is involved: a fifo's and a device's reads are not cached.
+    pub(super) fn copy_stream(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        meta: &Metadata,
+    ) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
+        let (dst, existing) = self.destination(&format!("'{}'", src.display()), dst)?;
+        let dst = &dst;
+        if let Some(d) = &existing {
+            refuse_unreplaceable(dst)?;
+            if d.is_dir() {
+                return Err(invalid(format!(
+                    "cannot overwrite directory '{}' with non-directory '{}'",
+                    dst.display(),
+                    src.display()
+                )));
+            }
+        }
+        let reading = format!("reading '{}'", src.display());
+        let file = File::open(src).map_err(ctx(&reading))?;
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(meta.mode() & 0o777 & !omitted_bits(&self.opts.preserve, false)),
+        };
+        let how = How {
+            perms,
+            layout: Layout::Stream,
+            attrs: Some((src, meta)),
+            batched: false,
+        };
+        let written = self.write_temp(&mut StreamSource(file), &reading, dst, how)?;
         self.commit(written, dst)
     }
 }
