@@ -31,15 +31,15 @@ const _: () = assert!(MAX_FILES + 64 <= crate::cleanup::MAX_TEMPS);
 
 /// Where a copy's bytes go: the dontcache writer, or (a small file in a batch) the temporary's
 /// own descriptor, written through the page cache and dropped after the batch's sync.
-pub enum Sink {
+pub enum Sink<'a> {
     /// The dontcache writer, synced when the file is done.
     Dontcache(Writer),
-    /// Writes at `pos` for a batch: `RWF_DONTCACHE` where the file takes it (writeback starts
-    /// at once, overlapping the copies that follow, and the pages go when it completes),
-    /// otherwise plain buffered writes, dropped after the batch's sync.
+    /// Writes at `pos` for a batch: plain buffered writes, written back by the batch's
+    /// `syncfs` and dropped after it; or, with `uncached` (`--mode kernel`), `RWF_DONTCACHE`
+    /// (writeback starts at once, one file at a time, and the pages go when it completes).
     Plain {
-        /// The temporary.
-        file: File,
+        /// The temporary's own descriptor ([`Temp::file`]).
+        file: &'a File,
         /// Where the next write goes.
         pos: u64,
         /// Whether `RWF_DONTCACHE` is to be tried: false once a file refused it.
@@ -47,7 +47,7 @@ pub enum Sink {
     },
 }
 
-impl Sink {
+impl Sink<'_> {
     /// Writes all of `buf` at the cursor.
     ///
     /// # Errors
@@ -63,7 +63,7 @@ impl Sink {
                 let mut buf = buf;
                 while !buf.is_empty() {
                     let n = if *uncached {
-                        match sys::fs::pwritev2(file, buf, *pos, sys::fs::RWF_DONTCACHE) {
+                        match sys::fs::pwritev2(*file, buf, *pos, sys::fs::RWF_DONTCACHE) {
                             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                                 *uncached = false;
                                 continue;

@@ -96,13 +96,14 @@ pub struct Temp {
 
 impl Temp {
     /// Creates a fresh temporary file (mode `mode`, less the umask) in the directory of `dst`,
-    /// named `.NAME.pagepipe-cp-PID-N`, and makes it the one the signal handler removes.
+    /// named `.NAME.pagepipe-cp-PID-START-N`, and makes it the one the signal handler removes.
+    /// Its descriptor, open for writing, is [`Temp::file`].
     ///
     /// # Errors
     /// The OS's error from `open(2)`, its message naming `dst` (and a missing directory).
-    pub fn create(dst: &Path, mode: u32) -> io::Result<(Temp, File)> {
+    pub fn create(dst: &Path, mode: u32) -> io::Result<Temp> {
         let mut file = None;
-        let temp = Temp::make(dst, "", |path| {
+        let mut temp = Temp::make(dst, "", |path| {
             file = Some(
                 OpenOptions::new()
                     .write(true)
@@ -113,12 +114,11 @@ impl Temp {
             Ok(())
         })?;
         let file = file.expect("made with the temporary");
-        let mut temp = temp;
-        let held = stale::hold(&file).and_then(|()| file.try_clone());
-        temp.lock = Some(held.map_err(|e| {
+        stale::hold(&file).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create '{}': {e}", dst.display()))
-        })?);
-        Ok((temp, file))
+        })?;
+        temp.lock = Some(file);
+        Ok(temp)
     }
 
     /// Creates a symlink to `target` at a fresh temporary name beside `dst` (see
@@ -173,7 +173,7 @@ impl Temp {
         loop {
             // Relaxed: a counter for unique names; the exclusive create is what guarantees them.
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(temp_name(name, std::process::id(), stale::own_start(), n));
+            let path = dir.join(temp_name(name, stale::own_pid(), stale::own_start(), n));
             // Made and registered with asynchronous signals held on this thread: a SIGINT
             // between the two would find the new temporary unregistered and leave it behind;
             // held, it arrives once the temporary is registered, and the handler removes it. No

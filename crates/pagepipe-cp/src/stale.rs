@@ -35,10 +35,16 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// This process's pid, looked up once (pagepipe-cp never forks).
+pub fn own_pid() -> u32 {
+    static PID: OnceLock<u32> = OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 /// This process's start time (see [`start_time`]); 0 without /proc.
 pub fn own_start() -> u64 {
     static START: OnceLock<u64> = OnceLock::new();
-    *START.get_or_init(|| start_time(std::process::id()).unwrap_or(0))
+    *START.get_or_init(|| start_time(own_pid()).unwrap_or(0))
 }
 
 /// The owner a temporary's name gives: its pid, and its start time (None in the names of
@@ -67,7 +73,7 @@ pub fn owner_of(name: &OsStr) -> Option<(u32, Option<u64>)> {
 /// Whether the process a temporary's name gives is still running: the same pid with the same
 /// start time (without one in the name: any process with the pid).
 fn owner_alive(pid: u32, start: Option<u64>) -> bool {
-    if pid == std::process::id() {
+    if pid == own_pid() {
         return true; // ours: the run that made it is this one
     }
     match start {

@@ -718,3 +718,43 @@ fn a_destination_link_is_followed_under_the_kernels_rules() {
     );
     assert_eq!(fs::read(t.join("victim")).unwrap(), b"precious");
 }
+
+/// Issue 40: a fifo or character device named as SRC without -r is read, as cp reads it, into
+/// a regular file (it was refused as "not a regular file"). A fifo has no size: its content is
+/// streamed into the durable temporary, as standard input is. Compared with the system's cp.
+#[test]
+fn a_fifo_or_character_device_named_as_source_is_read() {
+    let t = TempDir::new("fifo-src");
+    let fifo = t.join("fifo");
+    let c = std::ffi::CString::new(fifo.clone().into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o640) }, 0);
+    let bytes = pattern(300_000, 7); // more than a pipe holds: the reader must keep reading
+    for (tool, out) in [("cp", t.join("by-cp")), ("pagepipe-cp", t.join("by-pp"))] {
+        let writer = {
+            let (fifo, bytes) = (fifo.clone(), bytes.clone());
+            std::thread::spawn(move || {
+                let mut f = fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                f.write_all(&bytes).unwrap();
+            })
+        };
+        let bin = if tool == "cp" { "cp" } else { BIN };
+        let ran = Command::new(bin).arg(&fifo).arg(&out).output().unwrap();
+        writer.join().unwrap();
+        assert!(ran.status.success(), "{tool}: {}", text(&ran.stderr));
+        let m = fs::metadata(&out).unwrap();
+        assert!(m.is_file(), "{tool}");
+        assert_eq!(fs::read(&out).unwrap(), bytes, "{tool}");
+    }
+    let mode = |p: &str| fs::metadata(t.join(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode("by-pp"),
+        mode("by-cp"),
+        "the copy's mode, as cp gives it"
+    );
+    // A character device: /dev/null reads as empty.
+    let out = cp(&[Path::new("/dev/null"), &t.join("null-copy")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let m = fs::metadata(t.join("null-copy")).unwrap();
+    assert!(m.is_file() && m.len() == 0);
+}

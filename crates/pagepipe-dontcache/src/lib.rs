@@ -1,4 +1,5 @@
-//! A file writer that writes at buffered speed and leaves no page cache behind.
+//! A file writer that leaves no page cache behind, as fast as a buffered write + `fdatasync`
+//! or faster (see Speed below).
 //!
 //! Backup tools, log shippers and bulk loaders write far more data than anyone will read back
 //! soon. Written through the page cache as usual, that data evicts everyone else's cache; written
@@ -51,6 +52,14 @@
 //! std::fs::remove_file(&path)?;
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! Speed: a file written in 1 MiB writes and made durable (`finish`) took, against
+//! `std::fs::File` + `sync_data` in the same rounds (`examples/writer-speed.rs`, 5 alternating
+//! rounds, ext4 on virtio, a shared 2-core VM, Linux 6.18): for 500 MB, 0.65x buffered's time
+//! (range 0.59-0.80) in auto mode (`RWF_DONTCACHE`) and 0.78x (0.69-0.84) in fallback mode; for
+//! 2 GiB, 0.33x (0.16-0.39) and 0.38x (0.18-0.45), buffered's own time varying most. Smaller
+//! writes cost more: the writer's cost per call is fixed, and 8 KiB writes run several times
+//! slower (`examples/copy.rs`).
 //!
 //! Errors are never lost silently: a write error is returned by that write; an error of the
 //! flusher's writeback (`EIO`, `ENOSPC`) is kept and returned by the next write, [`Writer::sync`]

@@ -69,6 +69,19 @@ impl Reader {
         self.mode
     }
 
+    /// The file being read (to inspect it: its size, how much of it is cached). Reads through
+    /// it bypass the reader: their pages are not dropped.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Drops from the page cache, now, what the reads so far left there: in the fallback, the
+    /// pages of the last reads (a reader that never read to the end of the file holds them
+    /// until it is dropped); nothing in kernel mode. Dropping the reader does the same.
+    pub fn drop_read_pages(&mut self) {
+        self.drop_undropped(u64::MAX);
+    }
+
     /// Reads into `buf` from `offset`, leaving the cursor alone, like `pread(2)`; 0 at end of file.
     ///
     /// # Errors

@@ -7,8 +7,8 @@ use crate::cli::{Args, Resolved};
 use crate::copy::summary::Summary;
 use indicatif::ProgressBar;
 use pagepipe_dontcache::Mode;
-use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{HashMap, HashSet};
 use std::fs::Metadata;
 use std::path::PathBuf;
 
@@ -33,8 +33,10 @@ pub(super) struct Copier<'a> {
     pub(super) links: HashMap<(u64, u64), PathBuf>,
     /// Small copies written, waiting for their batch's sync to be renamed into place.
     pub(super) batch: Batch,
-    /// Whether a batch's copies are written with `RWF_DONTCACHE` (until a file refuses it;
-    /// never in `--mode fallback`).
+    /// Whether a batch's copies are written with `RWF_DONTCACHE` (`--mode kernel` only, until
+    /// a file refuses it). Otherwise they are written buffered and written back together by
+    /// the batch's `syncfs` (one writeback for the batch, not one started per file: see the
+    /// README's Timing), then dropped.
     pub(super) uncached_small: bool,
     /// Directories whose entries are all copied, waiting for the batch's renames (in the order
     /// they were finished: a directory's after its subdirectories').
@@ -50,7 +52,10 @@ pub(super) struct Copier<'a> {
     /// Every destination this run put a copy at, as named and as followed: a second source for
     /// one of them (`a/x b/x DIR`) is refused, as cp refuses it, rather than replacing the first
     /// one's copy.
-    pub(super) created: BTreeSet<PathBuf>,
+    pub(super) created: HashSet<PathBuf>,
+    /// The directories this run made: a name in one that this run did not put there is new
+    /// (cp's own shortcut), so its destination needs no look before the copy.
+    pub(super) made_dirs: HashSet<PathBuf>,
     /// Every file named on the command line, as cp remembers them: its directory's device and
     /// inode, its name there, its own device and inode. The same one again (`x x DIR`, `x ./x
     /// DIR`) is a warning, as in cp; a hard link of it under another name is another source.

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 impl Copier<'_> {
     /// Where a copy of `src` (as the messages name it) to `dst` goes, as cp decides: `dst`, or
     /// the file a symlink at `dst` points to (cp writes through it; the copy replaces that
-    /// file and the link stays).
+    /// file and the link stays), and that file's metadata (None for a new name): what
+    /// `fs::metadata` of the path returned gives, without another look.
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] for a destination this run already put a copy at (cp:
@@ -20,10 +21,15 @@ impl Copier<'_> {
     /// and a destination that is neither a regular file nor a directory (a device, a fifo, a
     /// socket: cp writes into it, where pagepipe-cp, which renames a finished temporary over
     /// its destination, would replace it with a regular file).
-    pub(super) fn destination(&self, src: &str, dst: &Path) -> io::Result<PathBuf> {
+    pub(super) fn destination(
+        &self,
+        src: &str,
+        dst: &Path,
+    ) -> io::Result<(PathBuf, Option<Metadata>)> {
         self.refuse_just_created(src, dst)?;
         let Ok(at) = fs::symlink_metadata(dst) else {
-            return Ok(dst.to_path_buf()); // a new name (or one the create will say why about)
+            // A new name (or one the create will say why about).
+            return Ok((dst.to_path_buf(), None));
         };
         let (target, meta) = if at.file_type().is_symlink() {
             follow(dst)?
@@ -39,7 +45,7 @@ impl Copier<'_> {
                 kind_of(&meta)
             )));
         }
-        Ok(target)
+        Ok((target, Some(meta)))
     }
 
     pub(super) fn refuse_just_created(&self, src: &str, dst: &Path) -> io::Result<()> {

@@ -8,25 +8,26 @@ use crate::copy::dest::{refuse_trailing_slash, refuse_unreplaceable};
 use crate::copy::plan::{ctx, invalid, parent_of};
 use crate::copy::temp::{How, Layout, Perms};
 use pagepipe_dontcache::{self as dontcache, Reader};
-use std::fs::{self, File, Metadata};
+use std::fs::{File, Metadata};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Standard input, which is never sparse: seeking it is never asked for.
-struct StdinSource<'a>(io::StdinLock<'a>);
+/// A source read to its end (standard input, a fifo, a character device), which is never
+/// sparse: seeking it is never asked for.
+struct StreamSource<R>(R);
 
-impl Read for StdinSource<'_> {
+impl<R: Read> Read for StreamSource<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read(buf)
     }
 }
 
-impl Seek for StdinSource<'_> {
+impl<R> Seek for StreamSource<R> {
     fn seek(&mut self, _: SeekFrom) -> io::Result<u64> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "standard input cannot seek",
+            "a stream cannot seek",
         ))
     }
 }
@@ -67,6 +68,23 @@ fn data_extents(file: &File, size: u64) -> io::Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
+/// The holes of a file of `size` bytes with data in `extents` (ascending): the ranges between
+/// them and after the last.
+fn holes_of(extents: &[(u64, u64)], size: u64) -> Vec<(u64, u64)> {
+    let mut holes = Vec::new();
+    let mut at = 0;
+    for &(start, end) in extents {
+        if start > at {
+            holes.push((at, start));
+        }
+        at = at.max(end);
+    }
+    if size > at {
+        holes.push((at, size));
+    }
+    holes
+}
+
 /// Whether standard input was closed when the process started. Rust's runtime reopens a closed
 /// descriptor 0 on `/dev/null` for reading and writing before `main`, which reads as an empty
 /// input; a shell's `< /dev/null` opens it read-only. Copying that empty input replaced the
@@ -88,9 +106,15 @@ impl Copier<'_> {
     pub(super) fn copy_file(&mut self, src: &Path, dst: &Path, meta: &Metadata) -> io::Result<()> {
         let given = dst;
         refuse_trailing_slash(given)?;
-        let dst = &self.destination(&format!("'{}'", src.display()), dst)?;
-        // Looked at once: a new name (the common case in a tree) costs one failed stat.
-        let existing = fs::metadata(dst).ok();
+        // Looked at once: a new name costs one failed stat, and none at all in a directory this
+        // run made (the common case in a tree), where only this run puts names (cp's shortcut).
+        let (dst, existing) = if self.made_dirs.contains(&parent_of(dst)) {
+            self.refuse_just_created(&format!("'{}'", src.display()), dst)?;
+            (dst.to_path_buf(), None)
+        } else {
+            self.destination(&format!("'{}'", src.display()), dst)?
+        };
+        let dst = &dst;
         if existing.is_some() {
             refuse_unreplaceable(dst)?;
         }
@@ -112,8 +136,7 @@ impl Copier<'_> {
         }
         let what = format!("reading '{}'", src.display());
         let file = File::open(src).map_err(ctx(&what))?;
-        let probe = file.try_clone().map_err(ctx(&what))?;
-        self.summary.src_cached_before += dontcache::cached_bytes(&probe).unwrap_or(0);
+        self.summary.src_cached_before += dontcache::cached_bytes(&file).unwrap_or(0);
         let mut reader = Reader::with_mode(file, self.mode).map_err(ctx(&what))?;
         let size = meta.len();
         // cp: an existing destination keeps its mode (cp writes into it); a new one is created
@@ -125,12 +148,22 @@ impl Copier<'_> {
         };
         let layout = if meta.blocks() * 512 < size {
             // Sparse (fewer blocks than bytes, cp's test): copy the data, keep the holes.
-            match data_extents(&probe, size) {
+            match data_extents(reader.file(), size) {
                 Ok(extents) => Layout::Sparse { size, extents },
-                Err(_) => Layout::Dense(size),
+                Err(_) => Layout::Dense { size, exact: false },
             }
         } else {
-            Layout::Dense(size)
+            Layout::Dense {
+                size,
+                exact: size > 0,
+            }
+        };
+        // Where the source has no data: what a read there caches (the kernel's readahead into
+        // a hole, the read of its last byte) is dropped after the copy, which the reads' own
+        // dropping missed (1-12 MiB were left cached of a source ending in a hole).
+        let holes = match &layout {
+            Layout::Sparse { size, extents } => holes_of(extents, *size),
+            _ => Vec::new(),
         };
         // A small file goes in a batch, if its directory can be opened to sync its filesystem
         // (a missing one is reported by the create, naming the destination).
@@ -152,7 +185,7 @@ impl Copier<'_> {
         // copy (as cp copies what it reads to the end of the file). A file whose size says
         // nothing of its content (a /proc file says 0, a sysfs one 4096) says the same after;
         // one that was truncated or grew while being read does not: that is an error.
-        let now = probe.metadata().map_err(ctx(&what))?.len();
+        let now = reader.file().metadata().map_err(ctx(&what))?.len();
         if written.bytes < size && now < size {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -177,9 +210,14 @@ impl Copier<'_> {
         self.summary
             .read_modes
             .insert(format!("{:?}", reader.mode()).to_lowercase());
-        drop(reader); // drops what its last reads left cached
+        reader.drop_read_pages(); // what its last reads left cached
+        for &(start, end) in &holes {
+            // Fails only for a bad descriptor or a non-regular file.
+            let _ = pagepipe_sys::fs::fadvise_dontneed(reader.file(), start, end - start);
+        }
         self.summary.src_bytes += written.bytes;
-        self.summary.src_cached += dontcache::cached_bytes(&probe).unwrap_or(0);
+        self.summary.src_cached += dontcache::cached_bytes(reader.file()).unwrap_or(0);
+        drop(reader);
         // As named too: a symlink at `given` was followed to `dst`.
         self.created.insert(given.to_path_buf());
         self.commit_or_defer(written, dst)
@@ -187,9 +225,10 @@ impl Copier<'_> {
 
     pub(super) fn copy_stdin(&mut self, dst: &Path) -> io::Result<()> {
         refuse_trailing_slash(dst)?;
-        let dst = &self.destination("standard input", dst)?;
+        let (dst, existing) = self.destination("standard input", dst)?;
+        let dst = &dst;
         refuse_unreplaceable(dst)?;
-        if fs::metadata(dst).is_ok_and(|m| m.is_dir()) {
+        if existing.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(invalid(format!(
                 "cannot overwrite directory '{}' with standard input",
                 dst.display()
@@ -206,11 +245,11 @@ impl Copier<'_> {
             ));
         }
         self.summary.from_stdin = true;
-        let perms = match fs::metadata(dst) {
-            Ok(d) if d.is_file() => Perms::Existing(d),
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
             _ => Perms::Create(0o666),
         };
-        let mut stdin = StdinSource(io::stdin().lock());
+        let mut stdin = StreamSource(io::stdin().lock());
         let how = How {
             perms,
             layout: Layout::Stream,
@@ -219,5 +258,59 @@ impl Copier<'_> {
         };
         let written = self.write_temp(&mut stdin, "reading standard input", dst, how)?;
         self.commit(written, dst)
+    }
+
+    /// A fifo or character device named as SRC without `-r`: read to its end and copied into a
+    /// regular file, as cp copies it (a fifo has no size: its content is streamed into the
+    /// durable temporary, as standard input is). Opening a fifo waits for a writer, as cp's
+    /// open does. No page cache is involved: a fifo's and a device's reads are not cached.
+    pub(super) fn copy_stream(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        meta: &Metadata,
+    ) -> io::Result<()> {
+        refuse_trailing_slash(dst)?;
+        let (dst, existing) = self.destination(&format!("'{}'", src.display()), dst)?;
+        let dst = &dst;
+        if let Some(d) = &existing {
+            refuse_unreplaceable(dst)?;
+            if d.is_dir() {
+                return Err(invalid(format!(
+                    "cannot overwrite directory '{}' with non-directory '{}'",
+                    dst.display(),
+                    src.display()
+                )));
+            }
+        }
+        let reading = format!("reading '{}'", src.display());
+        let file = File::open(src).map_err(ctx(&reading))?;
+        let perms = match existing {
+            Some(d) if d.is_file() => Perms::Existing(d),
+            _ => Perms::Create(meta.mode() & 0o777 & !omitted_bits(&self.opts.preserve, false)),
+        };
+        let how = How {
+            perms,
+            layout: Layout::Stream,
+            attrs: Some((src, meta)),
+            batched: false,
+        };
+        let written = self.write_temp(&mut StreamSource(file), &reading, dst, how)?;
+        self.commit(written, dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holes_of;
+
+    #[test]
+    fn holes_are_what_lies_between_and_after_the_data() {
+        assert_eq!(holes_of(&[], 10), vec![(0, 10)]);
+        assert_eq!(holes_of(&[(0, 4)], 4), vec![]);
+        assert_eq!(
+            holes_of(&[(2, 4), (6, 8)], 12),
+            vec![(0, 2), (4, 6), (8, 12)]
+        );
     }
 }

@@ -27,8 +27,8 @@ use crate::copy::plan::{invalid, is_stdin, plan, total_size};
 use crate::copy::temp::CHUNK;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagepipe_dontcache::Mode;
-use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{HashMap, HashSet};
 use std::io::{self, IsTerminal};
 use std::time::Instant;
 
@@ -84,14 +84,15 @@ pub fn run(args: &Args) -> io::Result<Summary> {
         opts,
         links: HashMap::new(),
         batch: Batch::default(),
-        uncached_small: Mode::from(args.mode) != Mode::Fallback,
+        uncached_small: Mode::from(args.mode) == Mode::Kernel,
         dir_finishes: Vec::new(),
         umask: umask(),
         mode: args.mode.into(),
         bar: progress_bar(total),
         buf: vec![0; CHUNK],
         dirs: BTreeMap::new(),
-        created: BTreeSet::new(),
+        created: HashSet::new(),
+        made_dirs: HashSet::new(),
         seen: BTreeSet::new(),
         summary: Summary::default(),
     };

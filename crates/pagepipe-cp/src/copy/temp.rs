@@ -44,8 +44,11 @@ pub(super) struct How<'a> {
 pub(super) enum Layout {
     /// Standard input: read to its end.
     Stream,
-    /// A file of this size, as good as fully allocated.
-    Dense(u64),
+    /// A file of this size, as good as fully allocated. `exact`: its blocks cover its size
+    /// (a file on a disk, not a pseudo-file whose size says nothing of its content), so
+    /// reading stops at `size` rather than at a read that returns 0 (one system call less per
+    /// file; a file that grew meanwhile is caught by the size looked at after the copy).
+    Dense { size: u64, exact: bool },
     /// A sparse file of `size` bytes, with data only in `extents` (`start..end`, ascending).
     Sparse { size: u64, extents: Vec<(u64, u64)> },
 }
@@ -111,21 +114,23 @@ impl Copier<'_> {
             Perms::Create(mode) => mode,
             Perms::Existing(_) => 0o600,
         };
-        let (temp, file) = Temp::create(dst, create_mode)?;
+        let temp = Temp::create(dst, create_mode)?;
+        let own = temp.file().expect("a regular temporary has its descriptor");
         let mut w = if batched {
             Sink::Plain {
-                file,
+                file: own,
                 pos: 0,
                 uncached: self.uncached_small,
             }
         } else {
+            let file = own.try_clone().map_err(ctx(&writing))?;
             Sink::Dontcache(
                 Writer::with_mode(file, self.mode)
                     .map_err(ctx(&writing))?
                     .with_window(self.args.window.min(usize::MAX as u64) as usize),
             )
         };
-        if let (Layout::Dense(size), Sink::Dontcache(w)) = (&layout, &mut w) {
+        if let (Layout::Dense { size, .. }, Sink::Dontcache(w)) = (&layout, &mut w) {
             let size = *size;
             match w.preallocate(size) {
                 Ok(()) => {}
@@ -148,13 +153,14 @@ impl Copier<'_> {
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         );
         let reserved = match layout {
-            Layout::Dense(size) => size,
+            Layout::Dense { size, .. } => size,
             _ => 0,
         };
         let mut hasher = Xxh3::new();
         let (extents, size) = match layout {
             Layout::Sparse { size, extents } => (extents, Some(size)),
-            Layout::Dense(_) | Layout::Stream => (vec![(0, u64::MAX)], None),
+            Layout::Dense { size, exact: true } => (vec![(0, size)], None),
+            Layout::Dense { .. } | Layout::Stream => (vec![(0, u64::MAX)], None),
         };
         let mut bytes = 0u64;
         // Whether a read met the end of the source before its size said it would: the source
@@ -219,18 +225,10 @@ impl Copier<'_> {
             }
         }
         let hash = hasher.digest128();
-        match w {
+        let (mode, unsynced) = match w {
             Sink::Plain { uncached, .. } => {
-                // Its descriptor closes; the temporary's own (`Temp::file`) stays open.
                 self.uncached_small &= uncached;
-                Ok(Written {
-                    temp,
-                    bytes,
-                    hash,
-                    mode: None,
-                    unsynced: true,
-                    dev: None,
-                })
+                (None, true)
             }
             Sink::Dontcache(w) => {
                 if attrs.is_some() && self.opts.preserve.any_metadata() {
@@ -238,15 +236,16 @@ impl Copier<'_> {
                     w.file().sync_all().map_err(ctx(&writing))?;
                 }
                 let stats = w.finish().map_err(ctx(&writing))?;
-                Ok(Written {
-                    temp,
-                    bytes,
-                    hash,
-                    mode: Some(stats.mode),
-                    unsynced: false,
-                    dev: None,
-                })
+                (Some(stats.mode), false)
             }
-        }
+        };
+        Ok(Written {
+            temp,
+            bytes,
+            hash,
+            mode,
+            unsynced,
+            dev: None,
+        })
     }
 }

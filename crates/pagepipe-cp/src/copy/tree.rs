@@ -10,7 +10,7 @@ use crate::copy::plan::{ctx, invalid, is_stdin, parent_of};
 use crate::meta::Kind;
 use std::fs::{self, Metadata};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 impl Copier<'_> {
@@ -103,11 +103,19 @@ impl Copier<'_> {
         } else if self.opts.recursive {
             // cp -R makes fifos, device nodes and sockets anew (it reads them only without -R).
             self.copy_special(src, dst, meta)
+        } else if kind.is_fifo() || kind.is_char_device() {
+            // Without -R cp reads them, into a regular file.
+            self.copy_stream(src, dst, meta)
         } else {
-            self.skip(format!(
-                "skipping '{}': not a regular file, directory or symlink",
-                src.display()
-            ));
+            // A block device would be read through its page cache, which pagepipe-cp does not
+            // drop (others' pages of it, a mounted filesystem's, are there too); a socket cannot
+            // be opened (cp fails on it too).
+            let what = if kind.is_block_device() {
+                "a block device (pagepipe-cp does not read one: its page cache is shared)"
+            } else {
+                "not a regular file, directory, symlink, fifo or character device"
+            };
+            self.skip(format!("skipping '{}': {what}", src.display()));
             Ok(())
         }
     }
@@ -214,6 +222,7 @@ impl Copier<'_> {
                 dst.display()
             )))?;
         crate::stale::mark_clean(dst);
+        self.made_dirs.insert(dst.to_path_buf());
         self.named_in(dst);
         Ok(())
     }
