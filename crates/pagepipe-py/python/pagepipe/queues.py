@@ -28,7 +28,8 @@ Differences from multiprocessing.Queue, all in the caller's favour or invisible 
 - A message that fits in the pipe now goes in from the calling thread, without the feeder
   thread's hand-off; the feeder thread (started only when needed) takes over, in order, while
   the pipe is full or another writer holds it, so put never blocks on a full pipe unless
-  maxsize says so.
+  maxsize says so. The feeder writes what it holds in batches (up to 256 messages or 1 MiB
+  in one native call, taking the write lock once), each message as put writes it.
 """
 
 import collections
