@@ -14,14 +14,23 @@ every consumer has its last message):
 Each round runs every transport once per scenario, back to back; the ratios are of the medians
 over rounds, with the range of the per-round ratios. --busy N starts N busy loops
 (`sh -c 'while :; do :; done'`) for the whole run. Every message's size is checked.
+
+--baseline DIR adds another build of pagepipe to the same run (DIR holds its `pagepipe`
+package, e.g. a wheel of an earlier commit unzipped there), as `baseline.Pipe` and
+`baseline.Queue`, so that a change is measured against what it changed under the same load;
+--only WORD keeps the scenarios whose label has WORD (`queue`, `1 MiB`, ...).
 """
 
 import argparse
+import atexit
+import importlib
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import pagepipe
@@ -34,6 +43,17 @@ except ImportError:
 
 CTX = mp.get_context("fork")
 SMALL, BIG = 100, 1 << 20
+#: Another build of pagepipe (--baseline), imported as pagepipe_baseline.
+baseline = None
+
+
+def load_baseline(path):
+    # A copy of DIR/pagepipe under another name (its imports are relative), beside this one.
+    tmp = tempfile.mkdtemp(prefix="pagepipe-baseline-")
+    atexit.register(shutil.rmtree, tmp, True)
+    shutil.copytree(os.path.join(path, "pagepipe"), os.path.join(tmp, "pagepipe_baseline"))
+    sys.path.insert(0, tmp)
+    return importlib.import_module("pagepipe_baseline")
 
 
 def payload_obj(size):
@@ -104,6 +124,8 @@ def run(procs, barrier):
 def run_pipe(kind, n, raw, size):
     if kind == "pagepipe.Pipe":
         r, w = pagepipe.Pipe(duplex=False)
+    elif kind == "baseline.Pipe":
+        r, w = baseline.Pipe(duplex=False)
     else:
         r, w = CTX.Pipe(duplex=False)
     barrier = CTX.Barrier(3)
@@ -118,6 +140,8 @@ def run_pipe(kind, n, raw, size):
 def make_queue(kind):
     if kind == "pagepipe.Queue":
         return pagepipe.Queue(ctx=CTX)
+    if kind == "baseline.Queue":
+        return baseline.Queue(ctx=CTX)
     if kind == "multiprocessing.Queue":
         return CTX.Queue()
     return faster_fifo.Queue(max_size_bytes=64 << 20)
@@ -140,8 +164,9 @@ def run_queue(kind, n, size, nprod):
 # -- the plan --
 
 def scenarios(args):
-    pipes = ["pagepipe.Pipe", "multiprocessing.Pipe"]
-    queues = ["pagepipe.Queue", "multiprocessing.Queue"] + (["faster-fifo"] if faster_fifo else [])
+    pipes = ["pagepipe.Pipe"] + (["baseline.Pipe"] if baseline else []) + ["multiprocessing.Pipe"]
+    queues = (["pagepipe.Queue"] + (["baseline.Queue"] if baseline else [])
+              + ["multiprocessing.Queue"] + (["faster-fifo"] if faster_fifo else []))
     out = []
     for raw in (False, True):
         for size, n in ((SMALL, args.small), (BIG, args.big)):
@@ -153,7 +178,7 @@ def scenarios(args):
             label = f"queue {nprod}->{nprod} objects {'100 B' if size == SMALL else '1 MiB'}"
             out.append((label, [(k, lambda k=k, n=n, size=size, nprod=nprod: run_queue(k, n, size, nprod))
                                 for k in queues]))
-    return out
+    return [(label, runs) for label, runs in out if not args.only or args.only in label]
 
 
 def main():
@@ -162,7 +187,12 @@ def main():
     ap.add_argument("--busy", type=int, default=0, help="busy loops to run meanwhile")
     ap.add_argument("--small", type=int, default=40_000, help="100 B messages per run")
     ap.add_argument("--big", type=int, default=400, help="1 MiB messages per run")
+    ap.add_argument("--baseline", metavar="DIR", help="another pagepipe build to run beside")
+    ap.add_argument("--only", metavar="WORD", help="only the scenarios whose label has WORD")
     args = ap.parse_args()
+    global baseline
+    if args.baseline:
+        baseline = load_baseline(args.baseline)
     busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.busy)]
     try:
         plan = scenarios(args)

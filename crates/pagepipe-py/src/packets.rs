@@ -101,14 +101,59 @@ pub(crate) fn put(
     id: u64,
     how: Put,
 ) -> io::Result<bool> {
+    let (n, err) = put_many(data, lock, [(bytes, id)], how);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(n == 1),
+    }
+}
+
+/// Writes `messages` (bytes and id each), in order, to the packet pipe `data` holding `lock`'s
+/// write side once for all of them (the feeder thread's batch: one lock and one call for
+/// what it holds, not one per message). Returns how many went in whole, and the error that
+/// stopped it, if any (the message it stopped in may be partly written: readers drop it as
+/// a dead writer's). [`Put::Now`] stops, with no error, at the first message that does not
+/// fit now. Each message is written as [`put`] writes one, so readers see no difference:
+/// one that fits in the pipe still goes in as one burst. Runs without the GIL.
+pub(crate) fn put_many<'a>(
+    data: &Writer,
+    lock: &Writer,
+    messages: impl IntoIterator<Item = (&'a [u8], u64)>,
+    how: Put,
+) -> (usize, Option<io::Error>) {
     let held = loop {
         match lock.write_chunk() {
             Ok(chunk) => break chunk,
             Err(e) if e.kind() == io::ErrorKind::TimedOut && how == Put::Wait => continue,
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok(false),
-            Err(e) => return Err(e),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return (0, None),
+            Err(e) => return (0, Some(e)),
         }
     };
+    let mut packet = [0u8; PACKET];
+    let mut done = 0;
+    for (bytes, id) in messages {
+        match write_message(data, bytes, id, how, &mut packet) {
+            Ok(true) => done += 1,
+            Ok(false) => break,
+            Err(e) => {
+                drop(held);
+                return (done, Some(e));
+            }
+        }
+    }
+    drop(held);
+    (done, None)
+}
+
+/// One message's packets, the lock pipe's write side held; `Ok(false)` if [`Put::Now`] finds
+/// no room for all of it (nothing written).
+fn write_message(
+    data: &Writer,
+    bytes: &[u8],
+    id: u64,
+    how: Put,
+    packet: &mut [u8; PACKET],
+) -> io::Result<bool> {
     let n = packets_for(bytes.len());
     let need = n * PACKET;
     match how {
@@ -117,7 +162,6 @@ pub(crate) fn put(
         Put::Wait if n > 1 && need <= data.capacity() => wait_for_room(data, need)?,
         Put::Wait => {}
     }
-    let mut packet = [0u8; PACKET];
     for i in 0..n {
         let off = i * BODY;
         let body = &bytes[off..bytes.len().min(off + BODY)];
@@ -127,11 +171,10 @@ pub(crate) fn put(
             total: bytes.len() as u64,
             offset: off as u64,
         };
-        h.encode(&mut packet);
+        h.encode(&mut packet[..]);
         packet[HEADER..HEADER + body.len()].copy_from_slice(body);
         write_packet(data, &packet[..HEADER + body.len()])?;
     }
-    drop(held);
     Ok(true)
 }
 

@@ -197,4 +197,45 @@ impl PyWriter {
         drop(buf);
         done.map_err(to_py)
     }
+
+    /// `pagepipe.Queue`'s feeder: writes `messages` (bytes-like objects, with `ids` their
+    /// message ids) in order, holding the queue's lock pipe's write side once for all of
+    /// them; with `wait`, as long as it takes, without, only what fits now. Returns how many
+    /// went in whole; an error that stops it is raised if none did (else the count is
+    /// returned, and the next call meets the error).
+    fn _put_messages(
+        &self,
+        py: Python<'_>,
+        lock: PyRef<'_, PyWriter>,
+        messages: Vec<Bound<'_, PyAny>>,
+        ids: Vec<u64>,
+        wait: bool,
+    ) -> PyResult<usize> {
+        if messages.len() != ids.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "one id per message is needed",
+            ));
+        }
+        let (data, lock) = (self.held.end()?, lock.end()?);
+        let bufs = messages
+            .iter()
+            .map(|m| Buffer::get(m, false))
+            .collect::<PyResult<Vec<_>>>()?;
+        let raws: Vec<_> = bufs.iter().map(Buffer::raw).collect();
+        let how = if wait { Put::Wait } else { Put::Now };
+        let (done, err) = py.detach(move || {
+            // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
+            // returns.
+            let messages = raws
+                .iter()
+                .zip(ids)
+                .map(|(r, id)| (unsafe { r.bytes() }, id));
+            packets::put_many(&data, &lock, messages, how)
+        });
+        drop(bufs);
+        match err {
+            Some(e) if done == 0 => Err(to_py(e)),
+            _ => Ok(done),
+        }
+    }
 }

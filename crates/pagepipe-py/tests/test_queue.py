@@ -335,6 +335,36 @@ def test_a_feeder_that_cannot_write_gives_the_place_back(capsys):
     assert "BrokenPipeError" in capsys.readouterr().err
 
 
+def test_a_feeder_batch_that_cannot_be_written_gives_every_place_back(capsys):
+    # The feeder writes its backlog in batches (one native call each): a batch that fails
+    # gives back the place of each message it could not write, and reports each.
+    q = pagepipe.Queue(capacity=64 << 10)
+    q.put(bytes(48 << 10))  # in the pipe now
+    for _ in range(3):
+        q.put(bytes(48 << 10))  # does not fit: to the feeder, the next ones behind it
+    assert q.qsize() == 4
+    q._data_r.close()
+    deadline = time.monotonic() + 10
+    while q.qsize() > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert q.qsize() == 1
+    assert capsys.readouterr().err.count("BrokenPipeError") >= 3
+
+
+def test_the_feeders_batches_keep_order_and_wholeness():
+    # A backlog of small and multi-packet messages (and some larger than the pipe), written by
+    # the feeder in batches into a pipe of 16 packets, arrives in order, whole and once.
+    q = pagepipe.Queue(capacity=64 << 10)
+    sizes = [10, 5000, 100, 70_000, 3, 40_000] * 60
+    for i, n in enumerate(sizes):
+        q.put((i, helpers.pattern(n)))
+    for i, n in enumerate(sizes):
+        assert q.get(timeout=10) == (i, helpers.pattern(n))
+    assert q.empty()
+    q.close()
+    q.join_thread()
+
+
 def test_bad_timeouts_raise_as_multiprocessing_and_socket_do():
     # Review 41.1d: a huge timeout panicked in Duration::from_secs_f64.
     q = pagepipe.Queue()
