@@ -96,53 +96,40 @@ fn loom_page_never_handed_out_twice() {
     });
 }
 
-#[test]
-fn loom_two_sleeping_readers_both_wake() {
-    loom::model(|| {
-        // Two reader clones may both register as sleepers; one publication clears the flag for
-        // both and wakes one, which must put the flag back for the other: each gets its byte.
-        let (mut w, r) = one_slot_pipe();
-        let r2 = r.clone();
-        let a = thread::spawn(move || {
+/// Two reader clones, each reading one byte (both may sleep), while `write` writes "xy": each
+/// must get one of the bytes.
+fn two_readers_get_one_byte_each(write: impl FnOnce(&mut crate::Writer)) {
+    let (mut w, r) = one_slot_pipe();
+    let readers = [r.clone(), r].map(|r| {
+        thread::spawn(move || {
             let mut b = [0u8; 1];
             (&r).read_exact(&mut b).unwrap();
             b[0]
-        });
-        let b = thread::spawn(move || {
-            let mut b = [0u8; 1];
-            (&r2).read_exact(&mut b).unwrap();
-            b[0]
-        });
-        w.write_all(b"x").unwrap();
-        w.write_all(b"y").unwrap();
-        let mut got = [a.join().unwrap(), b.join().unwrap()];
-        got.sort();
-        assert_eq!(&got, b"xy");
+        })
+    });
+    write(&mut w);
+    let mut got = readers.map(|t| t.join().unwrap());
+    got.sort();
+    assert_eq!(&got, b"xy");
+}
+
+#[test]
+fn loom_two_sleeping_readers_both_wake() {
+    // Two publications: the first clears the flag both registered in and wakes one, which must
+    // put the flag back for the other.
+    loom::model(|| {
+        two_readers_get_one_byte_each(|w| {
+            w.write_all(b"x").unwrap();
+            w.write_all(b"y").unwrap();
+        })
     });
 }
 
 #[test]
 fn loom_a_wake_up_left_unused_is_passed_on() {
-    loom::model(|| {
-        // One write queues two bytes while two reader clones may both sleep: its publication
-        // wakes one reader, which reads one byte and must hand the wake-up to the other.
-        let (mut w, r) = one_slot_pipe();
-        let r2 = r.clone();
-        let a = thread::spawn(move || {
-            let mut b = [0u8; 1];
-            (&r).read_exact(&mut b).unwrap();
-            b[0]
-        });
-        let b = thread::spawn(move || {
-            let mut b = [0u8; 1];
-            (&r2).read_exact(&mut b).unwrap();
-            b[0]
-        });
-        w.write_all(b"xy").unwrap();
-        let mut got = [a.join().unwrap(), b.join().unwrap()];
-        got.sort();
-        assert_eq!(&got, b"xy");
-    });
+    // One publication of two bytes wakes one reader, which reads one byte and must hand the
+    // wake-up to the other.
+    loom::model(|| two_readers_get_one_byte_each(|w| w.write_all(b"xy").unwrap()));
 }
 
 #[test]
