@@ -196,6 +196,9 @@ fn wait_for_room(data: &Writer, need: usize) -> io::Result<()> {
         nap = (nap * 2).min(Duration::from_millis(1));
         let now = data.free();
         if now != free {
+            // A reader is draining: look again soon (a nap grown while the pipe stood still
+            // would leave room unseen for up to a millisecond per message).
+            nap = Duration::from_micros(20);
             free = now;
             since = Instant::now();
         } else if since.elapsed() >= ROOM_STALL {
