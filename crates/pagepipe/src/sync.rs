@@ -98,7 +98,7 @@ impl Futex {
         // RMW reads the latest value in the word's order.
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         #[cfg(not(loom))]
-        let end = match crate::sys::futex::wait_shared_end(self.word.as_ptr(), seq, timeout) {
+        let woken = match crate::sys::futex::wait_shared_end(self.word.as_ptr(), seq, timeout) {
             crate::sys::futex::WaitEnd::Woken => true,
             crate::sys::futex::WaitEnd::TimedOut => false,
             crate::sys::futex::WaitEnd::Other => {
@@ -107,7 +107,7 @@ impl Futex {
             }
         };
         #[cfg(loom)]
-        let end = {
+        let woken = {
             let _ = timeout;
             let guard = self.lock.lock().unwrap();
             // Acquire: pairs with the Release bump in `wake_one`/`wake_all` (as in `seq`).
@@ -120,7 +120,7 @@ impl Futex {
             true
         };
         let before = self.sleepers.fetch_sub(1, Ordering::Relaxed);
-        if end {
+        if woken {
             Slept::Woken {
                 others: before.saturating_sub(1),
             }
