@@ -143,6 +143,12 @@ impl<'a> Ring<'a> {
         self.region.page(pos)
     }
 
+    /// The first byte of the pages of positions `pos..pos + count`, which lie one after the
+    /// other (see `Region::run`).
+    pub(crate) fn run(&self, pos: usize, count: usize) -> *mut u8 {
+        self.region.run(pos, count)
+    }
+
     pub(crate) fn slot_size(&self) -> usize {
         self.region.config.slot_size
     }

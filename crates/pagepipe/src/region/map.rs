@@ -491,7 +491,7 @@ impl Region {
     /// # Panics
     /// If the positions pass `max_ring`, or the near part while the far part is not mapped.
     #[inline]
-    fn run(&self, first: usize, count: usize) -> *mut u8 {
+    pub(crate) fn run(&self, first: usize, count: usize) -> *mut u8 {
         let end = first.checked_add(count);
         assert!(
             end.is_some_and(|e| e <= self.max_ring),
