@@ -421,6 +421,59 @@ fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usi
     Ok((start as usize, end as usize, st))
 }
 
+/// Most bytes [`consume`] copies in one go (see the writer's `COPY_RUN`).
+const COPY_RUN: usize = 64 << 10;
+
+/// The run of published slots from `tail` (before `head`) that [`consume`] can copy at once:
+/// each full (all of its page, none read yet, no packet), their positions contiguous, at most
+/// `room` bytes and [`COPY_RUN`]. Returns the first position and the states seen (validated);
+/// fewer than two means "go slot by slot".
+fn full_run(ring: Ring<'_>, tail: u64, head: u64, room: usize) -> (usize, RunStates) {
+    let ss = ring.slot_size();
+    let (pos, _) = ring.slot(tail);
+    let most = (room / ss)
+        .min(COPY_RUN / ss)
+        .min(ring.size - pos)
+        .min(head.wrapping_sub(tail).min(MAX_RUN as u64) as usize);
+    let mut states = RunStates::new();
+    while states.len() < most {
+        let index = tail + states.len() as u64;
+        match slot_range(ring.slot(index).1, index, ring) {
+            Ok((0, end, st)) if end == ss && st & PACKET == 0 => states.push(st),
+            _ => break,
+        }
+    }
+    (pos, states)
+}
+
+/// Most slots in one run: [`COPY_RUN`] of the smallest slots.
+const MAX_RUN: usize = COPY_RUN / crate::sys::mm::PAGE_SIZE;
+
+/// The states of a run's slots, in order (at most [`MAX_RUN`]).
+struct RunStates {
+    states: [u64; MAX_RUN],
+    len: usize,
+}
+
+impl RunStates {
+    fn new() -> RunStates {
+        RunStates {
+            states: [0; MAX_RUN],
+            len: 0,
+        }
+    }
+    fn push(&mut self, st: u64) {
+        self.states[self.len] = st;
+        self.len += 1;
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn iter(&self) -> std::slice::Iter<'_, u64> {
+        self.states[..self.len].iter()
+    }
+}
+
 /// Who consumes, which decides how far [`consume`] goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum By {
@@ -474,6 +527,35 @@ fn consume(
         next_fetched = tail + 1 != head;
         if next_fetched {
             ring.prefetch(tail + 1);
+        }
+        // Whole slots, queued one after the other in memory: one copy for the run.
+        let (pos, runs) = full_run(ring, tail, head, max - n);
+        if runs.len() > 1 {
+            let ss = ring.slot_size();
+            sink(n, ring.run(pos, runs.len()), runs.len() * ss);
+            n += runs.len() * ss;
+            let mut raced = false;
+            for (k, &st) in runs.iter().enumerate() {
+                let slot = ring.slot(tail).1;
+                if !release(sh, (pos + k, slot, st), (tail, head), rs.limit) {
+                    // Its state changed under us (only a peer writing the region can change a
+                    // full slot's): its bytes are consumed, the slot stays for the next call.
+                    slot.start.store(ss as u64, Ordering::Relaxed);
+                    raced = true;
+                    break;
+                }
+                tail += 1;
+                released += 1;
+                if released >= PUBLISH_BATCH {
+                    sleepers |= sh.advance_tail_quiet(released);
+                    released = 0;
+                }
+            }
+            if raced {
+                break;
+            }
+            next_fetched = false;
+            continue;
         }
         let (pos, slot) = ring.slot(tail);
         let (start, end, st) = match slot_range(slot, tail, ring) {
