@@ -17,6 +17,7 @@ mod error;
 mod held;
 mod message;
 mod packets;
+mod pickle;
 mod reader;
 mod wait;
 mod writer;
@@ -57,12 +58,28 @@ fn _is_readiness_fd(fd: std::os::fd::RawFd) -> bool {
     held::readiness::is_readiness(fd)
 }
 
+/// Called in a forked child (`pagepipe.queues` registers it): message ids carry the child's
+/// own process id.
+#[pyfunction]
+fn _after_fork_in_child() {
+    pickle::forked();
+}
+
+/// `obj` pickled as `multiprocessing.reduction.ForkingPickler.dumps` pickles it (`bytes`),
+/// with this thread's kept pickler.
+#[pyfunction]
+fn _dumps<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pickle::dumps(py, obj)
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipe, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_pipes, m)?)?;
     m.add_function(wrap_pyfunction!(_is_readiness_fd, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(_dumps, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
     m.add("DEFAULT_CAPACITY", pagepipe::DEFAULT_CAPACITY)?;

@@ -5,6 +5,7 @@ use crate::error::to_py;
 use crate::held::{from_fds, Held};
 use crate::message;
 use crate::packets::{self, Put};
+use crate::pickle;
 use crate::wait::{deadline, duration, interruptible_until, DefaultTimeout};
 use pagepipe::Writer;
 use pyo3::prelude::*;
@@ -198,24 +199,54 @@ impl PyWriter {
         done.map_err(to_py)
     }
 
-    /// `pagepipe.Queue`'s feeder: writes `messages` (bytes-like objects, with `ids` their
-    /// message ids) in order, holding the queue's lock pipe's write side once for all of
-    /// them; with `wait`, as long as it takes, without, only what fits now. Returns how many
-    /// went in whole; an error that stops it is raised if none did (else the count is
+    /// `pagepipe.Queue.put`'s one native call: pickles `obj` (as `ForkingPickler.dumps`; its
+    /// errors are raised), then, if `direct` (nothing of this process's is waiting for the
+    /// feeder thread), writes it as `_put_message` without `wait` does, with a new message
+    /// id. `None` once it is in the pipe; else the pickled message, for the feeder (also when
+    /// the write failed: the feeder meets the error again and reports it, as
+    /// multiprocessing's feeder reports what it cannot write).
+    fn _put_obj<'py>(
+        &self,
+        py: Python<'py>,
+        lock: PyRef<'_, PyWriter>,
+        obj: &Bound<'py, PyAny>,
+        direct: bool,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let pickled = pickle::dumps(py, obj)?;
+        if !direct {
+            return Ok(Some(pickled));
+        }
+        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
+            return Ok(Some(pickled));
+        };
+        let buf = Buffer::get(&pickled, false)?;
+        let raw = buf.raw();
+        let id = pickle::message_id();
+        let done = py.detach(move || {
+            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+            let bytes = unsafe { raw.bytes() };
+            packets::put(&data, &lock, bytes, id, Put::Now)
+        });
+        drop(buf);
+        match done {
+            Ok(true) => Ok(None),
+            _ => Ok(Some(pickled)),
+        }
+    }
+
+    /// `pagepipe.Queue`'s feeder and `put_many`: writes `messages` (bytes-like objects) in
+    /// order, each with a new message id, holding the queue's lock pipe's write side once for
+    /// all of them; with `wait`, as long as it takes, without, only what fits now. Returns how
+    /// many went in whole; an error that stops it is raised if none did (else the count is
     /// returned, and the next call meets the error).
     fn _put_messages(
         &self,
         py: Python<'_>,
         lock: PyRef<'_, PyWriter>,
         messages: Vec<Bound<'_, PyAny>>,
-        ids: Vec<u64>,
         wait: bool,
     ) -> PyResult<usize> {
-        if messages.len() != ids.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "one id per message is needed",
-            ));
-        }
+        let ids: Vec<u64> = messages.iter().map(|_| pickle::message_id()).collect();
         let (data, lock) = (self.held.end()?, lock.end()?);
         let bufs = messages
             .iter()

@@ -33,9 +33,7 @@ Differences from multiprocessing.Queue, all in the caller's favour or invisible 
 """
 
 import collections
-import itertools
 import os
-import sys
 import threading
 import time
 import traceback
@@ -50,7 +48,7 @@ from . import _native
 
 __all__ = ["Queue", "QUEUE_CAPACITY"]
 
-from ._pickle import dumps as _dumps, loads as _loads
+_dumps = _native._dumps
 
 #: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
 QUEUE_CAPACITY = 4 << 20
@@ -59,21 +57,9 @@ _BATCH = 256
 _BATCH_BYTES = 1 << 20
 
 _sentinel = object()
-_ids = itertools.count(1)
-_pid = os.getpid()
 
-
-def _forked():
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
-def _message_id():
-    # Unique among live writers: this process's id and a counter.
-    return (_pid << 32) | (next(_ids) & 0xFFFFFFFF)
+# Message ids (unique among live writers) carry the process's id: a forked child's are its own.
+os.register_at_fork(after_in_child=_native._after_fork_in_child)
 
 
 class Queue:
@@ -117,9 +103,11 @@ class Queue:
 
     def _reset(self, after_fork=False):
         if after_fork:
-            self._notempty._at_fork_reinit()
+            self._notempty._at_fork_reinit()  # and so self._lock, its lock
         else:
-            self._notempty = threading.Condition(threading.Lock())
+            # put() takes the lock itself: a Condition's `with` runs Python-level methods.
+            self._lock = threading.Lock()
+            self._notempty = threading.Condition(self._lock)
         # Pickled messages the feeder thread has still to write, and whether it is writing
         # one now: while either holds something, put() queues behind it (FIFO per process).
         self._buffer = collections.deque()
@@ -147,25 +135,80 @@ class Queue:
         # raises) wherever it strikes, or every later put would find one place fewer.
         queued = False
         try:
+            # One native call pickles obj and, unless something of this process's waits for
+            # the feeder thread (FIFO per process), writes it if it fits now. The check needs
+            # no lock: the feeder marks itself feeding before it takes from the buffer, and
+            # stays so until what it took is written.
             try:
-                data = _dumps(obj)
+                data = self._data_w._put_obj(
+                    self._lock_w, obj, not self._buffer and not self._feeding)
             except Exception as e:
                 self._report(e, obj)
                 return
-            with self._notempty:
-                if not self._buffer and not self._feeding:
-                    queued = self._data_w._put_message(
-                        self._lock_w, data, _message_id(), False)
-                    if queued:
-                        return
-                if self._thread is None:
-                    self._start_thread()
-                self._buffer.append(data)
+            if data is None:
                 queued = True
-                self._notempty.notify()
+                return
+            self._to_feeder([data])
+            queued = True
         finally:
             if not queued:
                 self._sem.release()
+
+    def put_many(self, objs, block=True, timeout=None):
+        """Puts every object of the iterable objs in the queue, in order, as consecutive puts
+        would (another process's messages may come between them). With maxsize, waits for
+        a free place for each (timeout bounds the whole wait, for all of them): if they do
+        not all get one, none is put, and queue.Full is raised. What fits in the pipe is
+        written in one native call holding the write lock once, the rest by the feeder.
+
+            >>> q = Queue()
+            >>> q.put_many([1, "two", (3,)])
+            >>> q.get_many(timeout=1)
+            [1, 'two', (3,)]
+        """
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        objs = list(objs)
+        taken = 0
+        queued = 0
+        deadline = None if not block or timeout is None else time.monotonic() + max(timeout, 0)
+        try:
+            for _ in objs:
+                if deadline is None:
+                    ok = self._sem.acquire(block)
+                else:
+                    ok = self._sem.acquire(True, max(0.0, deadline - time.monotonic()))
+                if not ok:
+                    raise Full
+                taken += 1
+            batch = []
+            for obj in objs:
+                try:
+                    batch.append(_dumps(obj))
+                except Exception as e:
+                    self._report(e, obj)
+                    taken -= 1
+                    self._sem.release()
+            done = 0
+            if batch and not self._buffer and not self._feeding:
+                try:
+                    done = self._data_w._put_messages(self._lock_w, batch, False)
+                except Exception:
+                    done = 0  # the feeder meets it again, and reports it
+            queued = done
+            if done < len(batch):
+                self._to_feeder(batch[done:])
+            queued = len(batch)
+        finally:
+            for _ in range(taken - queued):
+                self._sem.release()
+
+    def _to_feeder(self, datas):
+        with self._lock:
+            if self._thread is None:
+                self._start_thread()
+            self._buffer.extend(datas)
+            self._notempty.notify()
 
     def put_nowait(self, obj):
         """put(obj, False)."""
@@ -195,11 +238,35 @@ class Queue:
             timeout = 0.0
         elif timeout is not None and timeout < 0:
             timeout = 0.0
-        data = self._data_r._get_message(self._lock_r, self._lock_w, timeout)
-        if data is None:
-            raise Empty
-        self._sem.release()
-        return _loads(data)
+        return self._data_r._get_obj(self._lock_r, self._lock_w, timeout, self._sem.release)
+
+    def get_many(self, block=True, timeout=None, max_messages_to_get=None):
+        """Removes and returns a list of items, oldest first: waits for one as get() does
+        (queue.Empty if none comes), then takes, in the same native call, those that are in
+        the queue's pipe already, up to max_messages_to_get (None: no limit) in all.
+        Another consumer may get the items between them.
+
+            >>> q = Queue()
+            >>> q.put_many(range(5))
+            >>> q.get_many(timeout=1, max_messages_to_get=3)
+            [0, 1, 2]
+            >>> q.get_many(block=False)
+            [3, 4]
+        """
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        if not block:
+            timeout = 0.0
+        elif timeout is not None and timeout < 0:
+            timeout = 0.0
+        if max_messages_to_get is None:
+            limit = 1 << 62
+        else:
+            limit = int(max_messages_to_get)
+            if limit < 1:
+                raise ValueError("max_messages_to_get must be at least 1")
+        return self._data_r._get_objs(
+            self._lock_r, self._lock_w, timeout, self._sem.release, limit)
 
     def get_nowait(self):
         """get(False)."""
@@ -283,6 +350,13 @@ class Queue:
             with notempty:
                 while not buffer:
                     notempty.wait()
+                # Feeding before taking anything: put() checks the buffer and then this flag
+                # without the lock, and must not see an empty buffer and a feeder not feeding
+                # while it holds what it took (a put would overtake it).
+                q = qref()
+                if q is not None:
+                    q._feeding = True
+                q = None
                 batch = []
                 size = 0
                 while buffer and len(batch) < _BATCH and size < _BATCH_BYTES:
@@ -293,16 +367,11 @@ class Queue:
                     size += len(data)
                 if not batch:
                     return  # the sentinel: close() was called, all before it is written
-                q = qref()
-                if q is not None:
-                    q._feeding = True
-                q = None
             try:
-                ids = [_message_id() for _ in batch]
                 done = 0
                 while done < len(batch):
                     try:
-                        done += data_w._put_messages(lock_w, batch[done:], ids[done:], True)
+                        done += data_w._put_messages(lock_w, batch[done:], True)
                     except Exception as e:
                         if ignore_epipe and isinstance(e, BrokenPipeError):
                             return
