@@ -414,7 +414,8 @@ impl PyReader {
     }
 
     /// Unpickles `msgs` in order, calling `release` for each taken. The first one's error is
-    /// raised; a later one's ends the list, and it and the rest are kept (see `_get_objs`).
+    /// raised (it is taken; the rest are kept); a later one's ends the list, and it and the
+    /// rest are kept, for the next calls (see `_get_objs`).
     fn deliver<'py>(
         &self,
         py: Python<'py>,
@@ -429,6 +430,8 @@ impl PyReader {
                     objs.push(o);
                 }
                 Err(e) if i == 0 => {
+                    // Taken (as get's would be); those after it are kept.
+                    self.stash_front(msgs[1..].iter().map(|m| m.to_vec()).collect());
                     release.call0()?;
                     return Err(e);
                 }

@@ -234,6 +234,57 @@ impl PyWriter {
         }
     }
 
+    /// `pagepipe.Queue.put_many`'s one native call: pickles each of `objs` (as `_put_obj`);
+    /// then, if `direct`, writes what fits now of what it pickled, in order, holding the
+    /// queue's lock pipe's write side once. Returns how many were written, every pickled
+    /// message (those written first: the rest are for the feeder), and `(index, exception)`
+    /// for each object that an `Exception` stopped pickling; any other exception
+    /// (`KeyboardInterrupt`) is raised, and nothing is written.
+    #[allow(clippy::type_complexity)]
+    fn _put_objs<'py>(
+        &self,
+        py: Python<'py>,
+        lock: PyRef<'_, PyWriter>,
+        objs: Vec<Bound<'py, PyAny>>,
+        direct: bool,
+    ) -> PyResult<(usize, Vec<Bound<'py, PyAny>>, Vec<(usize, PyErr)>)> {
+        let mut pickled = Vec::with_capacity(objs.len());
+        let mut errors = Vec::new();
+        for (i, obj) in objs.iter().enumerate() {
+            match pickle::dumps(py, obj) {
+                Ok(p) => pickled.push(p),
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+                    errors.push((i, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !direct || pickled.is_empty() {
+            return Ok((0, pickled, errors));
+        }
+        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
+            return Ok((0, pickled, errors));
+        };
+        let bufs = pickled
+            .iter()
+            .map(|m| Buffer::get(m, false))
+            .collect::<PyResult<Vec<_>>>()?;
+        let raws: Vec<_> = bufs.iter().map(Buffer::raw).collect();
+        let ids: Vec<u64> = raws.iter().map(|_| pickle::message_id()).collect();
+        let (done, _err) = py.detach(move || {
+            // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
+            // returns.
+            let messages = raws
+                .iter()
+                .zip(ids)
+                .map(|(r, id)| (unsafe { r.bytes() }, id));
+            packets::put_many(&data, &lock, messages, Put::Now)
+        });
+        drop(bufs);
+        // An error: the feeder meets it again with the rest, and reports it.
+        Ok((done, pickled, errors))
+    }
+
     /// `pagepipe.Queue`'s feeder and `put_many`: writes `messages` (bytes-like objects) in
     /// order, each with a new message id, holding the queue's lock pipe's write side once for
     /// all of them; with `wait`, as long as it takes, without, only what fits now. Returns how

@@ -26,10 +26,13 @@ Differences from multiprocessing.Queue, all in the caller's favour or invisible 
   multiprocessing's feeder reports it (the traceback on stderr, _on_queue_feeder_error), and
   put returns.
 - A message that fits in the pipe now goes in from the calling thread, without the feeder
-  thread's hand-off; the feeder thread (started only when needed) takes over, in order, while
-  the pipe is full or another writer holds it, so put never blocks on a full pipe unless
-  maxsize says so. The feeder writes what it holds in batches (up to 256 messages or 1 MiB
-  in one native call, taking the write lock once), each message as put writes it.
+  thread's hand-off (one native call pickles and writes it); the feeder thread (started only
+  when needed) takes over, in order, while the pipe is full or another writer holds it, so
+  put never blocks on a full pipe unless maxsize says so. The feeder writes what it holds in
+  batches (up to 256 messages or 1 MiB in one native call, taking the write lock once), each
+  message as put writes it.
+- put_many and get_many, as faster-fifo's: a batch in one native call each (see their
+  docstrings).
 """
 
 import collections
@@ -181,24 +184,15 @@ class Queue:
                 if not ok:
                     raise Full
                 taken += 1
-            batch = []
-            for obj in objs:
-                try:
-                    batch.append(_dumps(obj))
-                except Exception as e:
-                    self._report(e, obj)
-                    taken -= 1
-                    self._sem.release()
-            done = 0
-            if batch and not self._buffer and not self._feeding:
-                try:
-                    done = self._data_w._put_messages(self._lock_w, batch, False)
-                except Exception:
-                    done = 0  # the feeder meets it again, and reports it
+            done, batch, errors = self._data_w._put_objs(
+                self._lock_w, objs, not self._buffer and not self._feeding)
             queued = done
             if done < len(batch):
                 self._to_feeder(batch[done:])
             queued = len(batch)
+            # The places of those that could not be pickled are given back (finally).
+            for i, e in errors:
+                self._report(e, objs[i])
         finally:
             for _ in range(taken - queued):
                 self._sem.release()
@@ -219,7 +213,7 @@ class Queue:
         if _util.is_exiting():
             _util.info(f"error in queue thread: {e}")
             return
-        traceback.print_exc()
+        traceback.print_exception(type(e), e, e.__traceback__)
         self._on_queue_feeder_error(e, obj)
 
     @staticmethod
