@@ -18,6 +18,7 @@ mod held;
 mod message;
 mod packets;
 mod pickle;
+mod queue_ops;
 mod reader;
 mod wait;
 mod writer;
@@ -82,6 +83,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_dumps, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
+    m.add_class::<queue_ops::QueueOps>()?;
     m.add("DEFAULT_CAPACITY", pagepipe::DEFAULT_CAPACITY)?;
     m.add("PIPE_BUF", pagepipe::PIPE_BUF)?;
     Ok(())

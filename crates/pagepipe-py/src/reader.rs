@@ -376,6 +376,15 @@ fn empty_error(py: Python<'_>) -> PyErr {
     }
 }
 
+/// `queue.Full`.
+pub(crate) fn full_error(py: Python<'_>) -> PyErr {
+    static FULL: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+    match FULL.import(py, "queue", "Full") {
+        Ok(t) => PyErr::from_type(t.clone(), ()),
+        Err(e) => e,
+    }
+}
+
 impl PyReader {
     /// Messages kept by an interrupted call, for this process's next ones (at most `max`).
     fn take_stash(&self, max: usize) -> Vec<Vec<u8>> {
@@ -444,7 +453,9 @@ impl PyReader {
         Ok(objs)
     }
 
-    fn get_objs<'py>(
+    /// `_get_objs` (also `pagepipe._native._QueueOps.get`'s).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_objs<'py>(
         &self,
         py: Python<'py>,
         lock_r: &PyReader,

@@ -212,26 +212,7 @@ impl PyWriter {
         obj: &Bound<'py, PyAny>,
         direct: bool,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let pickled = pickle::dumps(py, obj)?;
-        if !direct {
-            return Ok(Some(pickled));
-        }
-        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
-            return Ok(Some(pickled));
-        };
-        let buf = Buffer::get(&pickled, false)?;
-        let raw = buf.raw();
-        let id = pickle::message_id();
-        let done = py.detach(move || {
-            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
-            let bytes = unsafe { raw.bytes() };
-            packets::put(&data, &lock, bytes, id, Put::Now)
-        });
-        drop(buf);
-        match done {
-            Ok(true) => Ok(None),
-            _ => Ok(Some(pickled)),
-        }
+        self.put_obj(py, &lock, obj, direct)
     }
 
     /// `pagepipe.Queue.put_many`'s one native call: pickles each of `objs` (as `_put_obj`);
@@ -318,6 +299,38 @@ impl PyWriter {
         match err {
             Some(e) if done == 0 => Err(to_py(e)),
             _ => Ok(done),
+        }
+    }
+}
+
+impl PyWriter {
+    /// `_put_obj` (also `pagepipe._native._QueueOps.put`'s).
+    pub(crate) fn put_obj<'py>(
+        &self,
+        py: Python<'py>,
+        lock: &PyWriter,
+        obj: &Bound<'py, PyAny>,
+        direct: bool,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let pickled = pickle::dumps(py, obj)?;
+        if !direct {
+            return Ok(Some(pickled));
+        }
+        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
+            return Ok(Some(pickled));
+        };
+        let buf = Buffer::get(&pickled, false)?;
+        let raw = buf.raw();
+        let id = pickle::message_id();
+        let done = py.detach(move || {
+            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
+            let bytes = unsafe { raw.bytes() };
+            packets::put(&data, &lock, bytes, id, Put::Now)
+        });
+        drop(buf);
+        match done {
+            Ok(true) => Ok(None),
+            _ => Ok(Some(pickled)),
         }
     }
 }

@@ -114,12 +114,36 @@ class Queue:
         # Pickled messages the feeder thread has still to write, and whether it is writing
         # one now: while either holds something, put() queues behind it (FIFO per process).
         self._buffer = collections.deque()
-        self._feeding = False
+        # put and get, natively (and the flags `_feeding` and `_closed` they read): bound as
+        # this object's own put and get unless a subclass overrides them, so that a put or a
+        # get runs no Python-level frame (Queue.put and Queue.get call them too).
+        self._ops = _native._QueueOps(self, self._data_w, self._data_r, self._lock_w,
+                                      self._lock_r, self._sem, self._buffer)
+        cls = type(self)
+        if cls.put is Queue.put:
+            self.put = self._ops.put
+        if cls.get is Queue.get:
+            self.get = self._ops.get
         self._thread = None
         self._jointhread = None
         self._joincancelled = False
-        self._closed = False
         self._close = None
+
+    @property
+    def _feeding(self):
+        return self._ops.feeding
+
+    @_feeding.setter
+    def _feeding(self, value):
+        self._ops.feeding = value
+
+    @property
+    def _closed(self):
+        return self._ops.closed
+
+    @_closed.setter
+    def _closed(self, value):
+        self._ops.closed = value
 
     def __repr__(self):
         return f"<pagepipe.Queue maxsize={self._maxsize}{' closed' if self._closed else ''}>"
@@ -128,34 +152,15 @@ class Queue:
 
     def put(self, obj, block=True, timeout=None):
         """Puts obj in the queue. With maxsize, waits for a free place (at most timeout
-        seconds if block, not at all if not: queue.Full)."""
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if not self._sem.acquire(block, timeout):
-            raise Full
-        # The place taken is given back unless the message is in the pipe or the feeder's
-        # buffer: on an error, and on KeyboardInterrupt (or any exception a signal handler
-        # raises) wherever it strikes, or every later put would find one place fewer.
-        queued = False
-        try:
-            # One native call pickles obj and, unless something of this process's waits for
-            # the feeder thread (FIFO per process), writes it if it fits now. The check needs
-            # no lock: the feeder marks itself feeding before it takes from the buffer, and
-            # stays so until what it took is written.
-            try:
-                data = self._data_w._put_obj(
-                    self._lock_w, obj, not self._buffer and not self._feeding)
-            except Exception as e:
-                self._report(e, obj)
-                return
-            if data is None:
-                queued = True
-                return
-            self._to_feeder([data])
-            queued = True
-        finally:
-            if not queued:
-                self._sem.release()
+        seconds if block, not at all if not: queue.Full).
+
+        One native call (`_native._QueueOps.put`) takes the place (the semaphore), pickles
+        obj and, unless something of this process's waits for the feeder thread (FIFO per
+        process), writes it if it fits now; else it goes to the feeder (`_to_feeder`). An
+        object that cannot be pickled is reported (`_report`) and its place given back, as on
+        any error (KeyboardInterrupt included) before the message is in the pipe or the
+        feeder's buffer."""
+        return self._ops.put(obj, block, timeout)
 
     def put_many(self, objs, block=True, timeout=None):
         """Puts every object of the iterable objs in the queue, in order, as consecutive puts
@@ -225,14 +230,8 @@ class Queue:
 
     def get(self, block=True, timeout=None):
         """Removes and returns an item, waiting for one (at most timeout seconds if block,
-        not at all if not: queue.Empty)."""
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if not block:
-            timeout = 0.0
-        elif timeout is not None and timeout < 0:
-            timeout = 0.0
-        return self._data_r._get_obj(self._lock_r, self._lock_w, timeout, self._sem.release)
+        not at all if not: queue.Empty). One native call (`_native._QueueOps.get`)."""
+        return self._ops.get(block, timeout)
 
     def get_many(self, block=True, timeout=None, max_messages_to_get=None):
         """Removes and returns a list of items, oldest first: waits for one as get() does
