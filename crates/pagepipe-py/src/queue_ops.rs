@@ -24,10 +24,20 @@ pub(crate) struct QueueOps {
     lock_r: Py<PyReader>,
     acquire: Py<PyAny>,
     release: Py<PyAny>,
-    /// The feeder thread's buffer (a `collections.deque`).
+    /// The feeder thread's buffer (a `collections.deque`), and its bound `append`.
     buffer: Py<PyAny>,
+    append: Py<PyAny>,
+    /// The queue's `threading.Lock` (bound `acquire` and `release`), and the bound `notify` of
+    /// the condition over it that the feeder thread waits on.
+    lock_acquire: Py<PyAny>,
+    lock_release: Py<PyAny>,
+    notify: Py<PyAny>,
     /// The feeder thread holds messages it took from the buffer and has not written yet.
     feeding: AtomicBool,
+    /// The feeder thread is started (the queue's `_start_thread` ran).
+    feeder_started: AtomicBool,
+    /// The feeder thread waits on the condition (set and cleared under the lock).
+    feeder_waiting: AtomicBool,
     /// `close()` was called.
     closed: AtomicBool,
 }
@@ -47,34 +57,67 @@ impl QueueOps {
         }
     }
 
-    /// `put` after the place is taken: `Ok(true)` once the message is in the pipe or the
-    /// feeder's buffer, `Ok(false)` if it is not (reported: an object that cannot be pickled).
-    fn hand_over(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// `put` after the place is taken: whether the message is now in the pipe or the
+    /// feeder's buffer, and the error to raise, if any.
+    fn hand_over(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> (bool, Option<PyErr>) {
         // The buffer first, then the flag: the feeder raises the flag before it takes from
         // the buffer, so an empty buffer seen here with the flag down means that nothing of
         // this process's is waiting to be written (a put must not overtake it).
-        let direct = !self.buffer.bind(py).is_truthy()? && !self.feeding.load(Ordering::SeqCst);
+        let direct = match self.buffer.bind(py).is_truthy() {
+            Ok(b) => !b && !self.feeding.load(Ordering::SeqCst),
+            Err(e) => return (false, Some(e)),
+        };
         let w = self.data_w.get();
         let lock = self.lock_w.get();
         match w.put_obj(py, lock, obj, direct) {
-            Ok(None) => Ok(true),
-            Ok(Some(data)) => {
-                let list = PyList::new(py, [data])?;
-                self.queue(py)?.call_method1("_to_feeder", (list,))?;
-                Ok(true)
-            }
+            Ok(None) => (true, None),
+            Ok(Some(data)) => self.to_feeder(py, data),
             Err(e) if e.is_instance_of::<PyException>(py) => {
-                self.queue(py)?.call_method1("_report", (e.into_value(py), obj))?;
-                Ok(false)
+                // As multiprocessing's feeder reports an object it cannot pickle.
+                let reported = self
+                    .queue(py)
+                    .and_then(|q| q.call_method1("_report", (e.into_value(py), obj)));
+                (false, reported.err())
             }
-            Err(e) => Err(e),
+            Err(e) => (false, Some(e)),
         }
+    }
+}
+
+impl QueueOps {
+    /// Hands `data` to the feeder thread, as the queue's `_to_feeder` does, without a
+    /// Python-level frame once the thread runs: under the queue's lock, appended to the
+    /// buffer, and the feeder notified if it waits. Whether it was appended, and the error
+    /// to raise, if any (a signal handler's in the lock's `acquire`, or in `notify` once
+    /// appended).
+    fn to_feeder(&self, py: Python<'_>, data: Bound<'_, PyAny>) -> (bool, Option<PyErr>) {
+        if !self.feeder_started.load(Ordering::SeqCst) {
+            let handed = PyList::new(py, [data])
+                .and_then(|list| self.queue(py)?.call_method1("_to_feeder", (list,)));
+            return match handed {
+                Ok(_) => (true, None),
+                Err(e) => (false, Some(e)),
+            };
+        }
+        if let Err(e) = self.lock_acquire.call0(py) {
+            return (false, Some(e));
+        }
+        let appended = self.append.call1(py, (data,)).map(drop);
+        let notified = match appended {
+            Ok(()) if self.feeder_waiting.load(Ordering::SeqCst) => self.notify.call0(py).map(drop),
+            _ => Ok(()),
+        };
+        let released = self.lock_release.call0(py).map(drop);
+        let ok = appended.is_ok();
+        (ok, appended.and(notified).and(released).err())
     }
 }
 
 #[pymethods]
 impl QueueOps {
+    /// The queue's parts, as `pagepipe.Queue._reset` hands them over.
     #[new]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         queue: Py<PyAny>,
         data_w: Py<PyWriter>,
@@ -82,7 +125,9 @@ impl QueueOps {
         lock_w: Py<PyWriter>,
         lock_r: Py<PyReader>,
         sem: &Bound<'_, PyAny>,
-        buffer: Py<PyAny>,
+        buffer: &Bound<'_, PyAny>,
+        lock: &Bound<'_, PyAny>,
+        notempty: &Bound<'_, PyAny>,
     ) -> PyResult<QueueOps> {
         Ok(QueueOps {
             queue: Some(queue),
@@ -92,8 +137,14 @@ impl QueueOps {
             lock_r,
             acquire: sem.getattr("acquire")?.unbind(),
             release: sem.getattr("release")?.unbind(),
-            buffer,
+            buffer: buffer.clone().unbind(),
+            append: buffer.getattr("append")?.unbind(),
+            lock_acquire: lock.getattr("acquire")?.unbind(),
+            lock_release: lock.getattr("release")?.unbind(),
+            notify: notempty.getattr("notify")?.unbind(),
             feeding: AtomicBool::new(false),
+            feeder_started: AtomicBool::new(false),
+            feeder_waiting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         })
     }
@@ -125,13 +176,13 @@ impl QueueOps {
         }
         // The place taken is given back unless the message is in the pipe or the feeder's
         // buffer, whatever the error (KeyboardInterrupt included).
-        match self.hand_over(py, obj) {
-            Ok(true) => Ok(()),
-            Ok(false) => self.release.call0(py).map(drop),
-            Err(e) => {
-                self.release.call0(py)?;
-                Err(e)
-            }
+        let (queued, err) = self.hand_over(py, obj);
+        if !queued {
+            self.release.call0(py)?;
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -166,6 +217,28 @@ impl QueueOps {
     #[setter]
     fn set_feeding(&self, v: bool) {
         self.feeding.store(v, Ordering::SeqCst);
+    }
+
+    /// Whether the feeder thread is started.
+    #[getter]
+    fn get_feeder_started(&self) -> bool {
+        self.feeder_started.load(Ordering::SeqCst)
+    }
+
+    #[setter]
+    fn set_feeder_started(&self, v: bool) {
+        self.feeder_started.store(v, Ordering::SeqCst);
+    }
+
+    /// Whether the feeder thread waits on the condition (set and cleared under the lock).
+    #[getter]
+    fn get_feeder_waiting(&self) -> bool {
+        self.feeder_waiting.load(Ordering::SeqCst)
+    }
+
+    #[setter]
+    fn set_feeder_waiting(&self, v: bool) {
+        self.feeder_waiting.store(v, Ordering::SeqCst);
     }
 
     /// Whether `close()` was called.

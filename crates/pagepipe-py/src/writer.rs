@@ -12,6 +12,10 @@ use pyo3::prelude::*;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// The most messages, and bytes (once reached), the feeder writes holding the write side once.
+const BATCH: usize = 256;
+const BATCH_BYTES: usize = 1 << 20;
+
 /// The write end of a pagepipe. `write(b)` blocks until all of `b` is in the pipe (a
 /// non-blocking end writes what fits); writes of at most `PIPE_BUF` bytes are atomic.
 /// `BrokenPipeError` once no reader is left in any process; `ValueError` once closed.
@@ -289,11 +293,37 @@ impl PyWriter {
         let (done, err) = py.detach(move || {
             // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
             // returns.
-            let messages = raws
+            let mut messages = raws
                 .iter()
                 .zip(ids)
-                .map(|(r, id)| (unsafe { r.bytes() }, id));
-            packets::put_many(&data, &lock, messages, how)
+                .map(|(r, id)| (unsafe { r.bytes() }, id))
+                .peekable();
+            if !wait {
+                return packets::put_many(&data, &lock, messages, how);
+            }
+            // The feeder hands over all it holds (one trip for the GIL per backlog, not per
+            // batch); the write side is taken once per BATCH messages or BATCH_BYTES, so
+            // other processes' writers get their turn between.
+            let mut done = 0;
+            while messages.peek().is_some() {
+                let mut bytes = 0;
+                let mut n = 0;
+                let batch = std::iter::from_fn(|| {
+                    if n >= BATCH || bytes >= BATCH_BYTES {
+                        return None;
+                    }
+                    let m = messages.next()?;
+                    n += 1;
+                    bytes += m.0.len();
+                    Some(m)
+                });
+                let (d, err) = packets::put_many(&data, &lock, batch, how);
+                done += d;
+                if err.is_some() {
+                    return (done, err);
+                }
+            }
+            (done, None)
         });
         drop(bufs);
         match err {

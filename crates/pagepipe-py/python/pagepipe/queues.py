@@ -28,9 +28,10 @@ Differences from multiprocessing.Queue, all in the caller's favour or invisible 
 - A message that fits in the pipe now goes in from the calling thread, without the feeder
   thread's hand-off (one native call pickles and writes it); the feeder thread (started only
   when needed) takes over, in order, while the pipe is full or another writer holds it, so
-  put never blocks on a full pipe unless maxsize says so. The feeder writes what it holds in
-  batches (up to 256 messages or 1 MiB in one native call, taking the write lock once), each
-  message as put writes it.
+  put never blocks on a full pipe unless maxsize says so; once the thread runs, put hands a
+  message to it natively (under the queue's lock, notifying it only if it waits). The feeder
+  writes all it holds in one native call, taking the write lock once per 256 messages or
+  1 MiB, each message as put writes it.
 - put_many and get_many, as faster-fifo's: a batch in one native call each (see their
   docstrings).
 """
@@ -55,9 +56,6 @@ _dumps = _native._dumps
 
 #: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
 QUEUE_CAPACITY = 4 << 20
-#: The most messages, and bytes (once reached), the feeder thread writes in one native call.
-_BATCH = 256
-_BATCH_BYTES = 1 << 20
 
 _sentinel = object()
 
@@ -118,7 +116,8 @@ class Queue:
         # this object's own put and get unless a subclass overrides them, so that a put or a
         # get runs no Python-level frame (Queue.put and Queue.get call them too).
         self._ops = _native._QueueOps(self, self._data_w, self._data_r, self._lock_w,
-                                      self._lock_r, self._sem, self._buffer)
+                                      self._lock_r, self._sem, self._buffer, self._lock,
+                                      self._notempty)
         cls = type(self)
         if cls.put is Queue.put:
             self.put = self._ops.put
@@ -315,6 +314,7 @@ class Queue:
             daemon=True,
         )
         self._thread.start()
+        self._ops.feeder_started = True
         if not self._joincancelled:
             self._jointhread = _util.Finalize(
                 self._thread, Queue._finalize_join, [weakref.ref(self._thread)],
@@ -337,12 +337,23 @@ class Queue:
     @staticmethod
     def _feed(qref, buffer, notempty, data_w, lock_w, ignore_epipe, onerror, sem):
         while True:
-            # What the buffer holds, up to _BATCH messages or _BATCH_BYTES, is written in one
-            # native call holding the write lock once (once per message cost the feeder more
-            # than the caller's put, and it fell behind whenever the pipe had filled).
+            # All the buffer holds (up to close()'s sentinel) is written in one native call,
+            # which takes the write lock once per 256 messages or 1 MiB (once per message
+            # cost the feeder more than the caller's put, and it fell behind whenever the
+            # pipe had filled; and each trip back here waits for the GIL, which a busy
+            # caller's thread gives up only every switch interval, 5 ms).
             with notempty:
                 while not buffer:
+                    # Under the lock: a put (natively) notifies only a feeder that waits.
+                    q = qref()
+                    if q is not None:
+                        q._ops.feeder_waiting = True
+                    q = None
                     notempty.wait()
+                    q = qref()
+                    if q is not None:
+                        q._ops.feeder_waiting = False
+                    q = None
                 # Feeding before taking anything: put() checks the buffer and then this flag
                 # without the lock, and must not see an empty buffer and a feeder not feeding
                 # while it holds what it took (a put would overtake it).
@@ -350,14 +361,13 @@ class Queue:
                 if q is not None:
                     q._feeding = True
                 q = None
-                batch = []
-                size = 0
-                while buffer and len(batch) < _BATCH and size < _BATCH_BYTES:
-                    if buffer[0] is _sentinel:
-                        break
-                    data = buffer.popleft()
-                    batch.append(data)
-                    size += len(data)
+                if buffer[-1] is not _sentinel:
+                    batch = list(buffer)
+                    buffer.clear()
+                else:
+                    batch = []
+                    while buffer[0] is not _sentinel:
+                        batch.append(buffer.popleft())
                 if not batch:
                     return  # the sentinel: close() was called, all before it is written
             try:
