@@ -66,13 +66,6 @@ fn _after_fork_in_child() {
     pickle::forked();
 }
 
-/// `obj` pickled as `multiprocessing.reduction.ForkingPickler.dumps` pickles it (`bytes`),
-/// with this thread's kept pickler.
-#[pyfunction]
-fn _dumps<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    pickle::dumps(py, obj)
-}
-
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -80,7 +73,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_queue_pipes, m)?)?;
     m.add_function(wrap_pyfunction!(_is_readiness_fd, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
-    m.add_function(wrap_pyfunction!(_dumps, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
     m.add_class::<queue_ops::QueueOps>()?;

@@ -92,23 +92,23 @@ fn packets_for(len: usize) -> usize {
     len.div_ceil(BODY).max(1)
 }
 
-/// Writes message `id` (`bytes`) to the packet pipe `data` holding `lock`'s write side;
+/// Writes message `id` (its `parts`, one after another) to the packet pipe `data` holding `lock`'s write side;
 /// `Ok(false)` if [`Put::Now`] could not (nothing written). Runs without the GIL.
 pub(crate) fn put(
     data: &Writer,
     lock: &Writer,
-    bytes: &[u8],
+    parts: &[&[u8]],
     id: u64,
     how: Put,
 ) -> io::Result<bool> {
-    let (n, err) = put_many(data, lock, [(bytes, id)], how);
+    let (n, err) = put_many(data, lock, [(parts, id)], how);
     match err {
         Some(e) => Err(e),
         None => Ok(n == 1),
     }
 }
 
-/// Writes `messages` (bytes and id each), in order, to the packet pipe `data` holding `lock`'s
+/// Writes `messages` (parts and id each), in order, to the packet pipe `data` holding `lock`'s
 /// write side once for all of them (the feeder thread's batch: one lock and one call for
 /// what it holds, not one per message). Returns how many went in whole, and the error that
 /// stopped it, if any (the message it stopped in may be partly written: readers drop it as
@@ -118,7 +118,7 @@ pub(crate) fn put(
 pub(crate) fn put_many<'a>(
     data: &Writer,
     lock: &Writer,
-    messages: impl IntoIterator<Item = (&'a [u8], u64)>,
+    messages: impl IntoIterator<Item = (&'a [&'a [u8]], u64)>,
     how: Put,
 ) -> (usize, Option<io::Error>) {
     let held = loop {
@@ -134,8 +134,8 @@ pub(crate) fn put_many<'a>(
         .unwrap_or_else(|| Box::new([0u8; PACKET]));
     let mut done = 0;
     let mut err = None;
-    for (bytes, id) in messages {
-        match write_message(data, bytes, id, how, &mut packet) {
+    for (parts, id) in messages {
+        match write_message(data, parts, id, how, &mut packet) {
             Ok(true) => done += 1,
             Ok(false) => break,
             Err(e) => {
@@ -156,15 +156,19 @@ thread_local! {
 }
 
 /// One message's packets, the lock pipe's write side held; `Ok(false)` if [`Put::Now`] finds
-/// no room for all of it (nothing written).
+/// no room for all of it (nothing written). The message is `parts`, one after another (a
+/// large pickle's frames and payloads, not joined): each packet is written from its header
+/// and the parts' bytes it carries as one vectored write, straight into the ring (assembled
+/// in `packet` only when it has to wait for room).
 fn write_message(
     data: &Writer,
-    bytes: &[u8],
+    parts: &[&[u8]],
     id: u64,
     how: Put,
     packet: &mut [u8; PACKET],
 ) -> io::Result<bool> {
-    let n = packets_for(bytes.len());
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let n = packets_for(total);
     let need = n * PACKET;
     match how {
         Put::Now if data.free() < need => return Ok(false),
@@ -172,20 +176,79 @@ fn write_message(
         Put::Wait if n > 1 && need <= data.capacity() => wait_for_room(data, need)?,
         Put::Wait => {}
     }
+    let mut cursor = Cursor { parts, part: 0, at: 0 };
+    let mut pieces: Vec<&[u8]> = Vec::with_capacity(4);
     for i in 0..n {
         let off = i * BODY;
-        let body = &bytes[off..bytes.len().min(off + BODY)];
-        let h = Header {
+        let len = total.min(off + BODY) - off;
+        let mut head = [0u8; HEADER];
+        Header {
             flags: if i == 0 { FIRST } else { 0 },
             id,
-            total: bytes.len() as u64,
+            total: total as u64,
             offset: off as u64,
-        };
-        h.encode(&mut packet[..]);
-        packet[HEADER..HEADER + body.len()].copy_from_slice(body);
-        write_packet(data, &packet[..HEADER + body.len()])?;
+        }
+        .encode(&mut head);
+        pieces.clear();
+        cursor.take(len, |b| pieces.push(b));
+        if pieces.len() < VECTORED {
+            let mut io = [io::IoSlice::new(&[]); VECTORED];
+            io[0] = io::IoSlice::new(&head);
+            for (slot, p) in io[1..].iter_mut().zip(&pieces) {
+                *slot = io::IoSlice::new(p);
+            }
+            match data.try_write_vectored(&io[..=pieces.len()]) {
+                Ok(w) if w == HEADER + len => continue,
+                Ok(w) => {
+                    return Err(io::Error::other(format!(
+                        "a packet of {} bytes was written as {w}: the pipe is not in packet mode",
+                        HEADER + len
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // No room now: the packet assembled, and written as the room comes.
+        let mut at = HEADER;
+        packet[..HEADER].copy_from_slice(&head);
+        for s in &pieces {
+            packet[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        write_packet(data, &packet[..at])?;
     }
     Ok(true)
+}
+
+/// The most slices of one vectored packet write (its header and the pieces of parts it
+/// carries); a packet of more pieces is assembled first.
+const VECTORED: usize = 8;
+
+/// Where a message's next byte is, in its parts.
+struct Cursor<'a> {
+    parts: &'a [&'a [u8]],
+    part: usize,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// The next `len` bytes, as pieces of the parts, to `out`.
+    fn take(&mut self, mut len: usize, mut out: impl FnMut(&'a [u8])) {
+        while len > 0 {
+            let p = self.parts[self.part];
+            let piece = &p[self.at..p.len().min(self.at + len)];
+            if !piece.is_empty() {
+                out(piece);
+            }
+            len -= piece.len();
+            self.at += piece.len();
+            if self.at == p.len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
+    }
 }
 
 /// How often the feeder, waiting for room for a whole message while the room does not grow,

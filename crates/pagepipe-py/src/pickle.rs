@@ -7,7 +7,8 @@
 //!   reducers for connections, sockets, pagepipe ends), with one pickler per thread, kept
 //!   between calls: `pagepipe._pickle._new_sink_pickler()` makes it, a `pickle.Pickler`
 //!   subclass whose file's `write` is a list's `append`, so a small object's pickle is the
-//!   one `bytes` the pickler hands to it, taken as is.
+//!   one `bytes` the pickler hands to it, taken as is, and a large one's is a tuple of parts
+//!   (its payloads not copied), which the queue writes as one message.
 //! - Message ids: unique among live writers, this process's id and a counter.
 //! - [`loads`]: `pickle.loads`, as `ForkingPickler.loads` is.
 
@@ -43,7 +44,8 @@ fn new_sink(py: Python<'_>) -> PyResult<Sink> {
     })
 }
 
-/// `obj` pickled as `ForkingPickler.dumps(obj)` pickles it: a `bytes`.
+/// `obj` pickled as `ForkingPickler.dumps(obj)` pickles it: a `bytes`, or a tuple of `bytes`
+/// parts (see [`joined`]) that are the pickle one after another.
 pub(crate) fn dumps<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let sink = match SINK.with(|s| s.borrow_mut().take()) {
         Some(s) => s,
@@ -62,14 +64,17 @@ pub(crate) fn dumps<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<B
     Ok(data)
 }
 
-/// What the pickler wrote: its one `bytes` as is, or its parts (a large object's frames,
-/// and the large `bytes`/`bytearray` payloads it writes on their own) joined.
+/// What the pickler wrote: its one `bytes` as is; a large object's parts (its frames, and
+/// the large payloads the pickler writes on their own, not copied) as a tuple when all are
+/// `bytes` (immutable: the message may wait in the feeder thread's buffer); else joined.
 fn joined<'py>(py: Python<'py>, out: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyAny>> {
     if out.len() == 1 {
         let one = out.get_item(0)?;
         if one.is_exact_instance_of::<PyBytes>() {
             return Ok(one);
         }
+    } else if out.iter().all(|p| p.is_exact_instance_of::<PyBytes>()) {
+        return Ok(out.to_tuple().into_any());
     }
     let parts = out
         .iter()
@@ -118,5 +123,28 @@ pub(crate) fn loads<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, Py
             .getattr("loads")
             .map(Bound::unbind)
     })?;
-    f.call1(py, (PyBytes::new(py, data),)).map(|o| o.into_bound(py))
+    if data.len() < VIEW_FROM {
+        return f.call1(py, (PyBytes::new(py, data),)).map(|o| o.into_bound(py));
+    }
+    // A large message is unpickled from a memoryview of `data` (no copy into a new bytes,
+    // whose fresh pages fault in on every call), released before `data` can change: the
+    // unpickler keeps no reference to its input once it returns, and a released view
+    // refuses any access, so nothing can see `data` afterwards.
+    let len = pyo3::ffi::Py_ssize_t::try_from(data.len())
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("message too long"))?;
+    // SAFETY: a read-only view of `data`, which outlives it: released below before returning.
+    let view = unsafe {
+        let p = pyo3::ffi::PyMemoryView_FromMemory(
+            data.as_ptr().cast_mut().cast(),
+            len,
+            pyo3::ffi::PyBUF_READ,
+        );
+        Bound::from_owned_ptr_or_err(py, p)?
+    };
+    let obj = f.call1(py, (&view,)).map(|o| o.into_bound(py));
+    view.call_method0("release")?;
+    obj
 }
+
+/// Messages from this size are unpickled from a view, not a copy.
+const VIEW_FROM: usize = 64 << 10;

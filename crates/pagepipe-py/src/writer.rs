@@ -178,31 +178,6 @@ impl PyWriter {
         result
     }
 
-    /// `pagepipe.Queue`'s write of message `id` (`b`) to this packet pipe, holding the
-    /// queue's lock pipe's write side (`lock`): with `wait`, as long as it takes (the feeder
-    /// thread); without, only if the lock is free and all of it fits now (`False`: nothing
-    /// was written).
-    fn _put_message(
-        &self,
-        py: Python<'_>,
-        lock: PyRef<'_, PyWriter>,
-        b: &Bound<'_, PyAny>,
-        id: u64,
-        wait: bool,
-    ) -> PyResult<bool> {
-        let (data, lock) = (self.held.end()?, lock.end()?);
-        let buf = Buffer::get(b, false)?;
-        let raw = buf.raw();
-        let how = if wait { Put::Wait } else { Put::Now };
-        let done = py.detach(move || {
-            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
-            let bytes = unsafe { raw.bytes() };
-            packets::put(&data, &lock, bytes, id, how)
-        });
-        drop(buf);
-        done.map_err(to_py)
-    }
-
     /// `pagepipe.Queue.put`'s one native call: pickles `obj` (as `ForkingPickler.dumps`; its
     /// errors are raised), then, if `direct` (nothing of this process's is waiting for the
     /// feeder thread), writes it as `_put_message` without `wait` does, with a new message
@@ -252,17 +227,15 @@ impl PyWriter {
         };
         let bufs = pickled
             .iter()
-            .map(|m| Buffer::get(m, false))
+            .map(message_buffers)
             .collect::<PyResult<Vec<_>>>()?;
-        let raws: Vec<_> = bufs.iter().map(Buffer::raw).collect();
+        let raws = raws_of(&bufs);
         let ids: Vec<u64> = raws.iter().map(|_| pickle::message_id()).collect();
         let (done, _err) = py.detach(move || {
             // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
             // returns.
-            let messages = raws
-                .iter()
-                .zip(ids)
-                .map(|(r, id)| (unsafe { r.bytes() }, id));
+            let parts = unsafe { slices_of(&raws) };
+            let messages = parts.iter().map(Vec::as_slice).zip(ids);
             packets::put_many(&data, &lock, messages, Put::Now)
         });
         drop(bufs);
@@ -286,18 +259,15 @@ impl PyWriter {
         let (data, lock) = (self.held.end()?, lock.end()?);
         let bufs = messages
             .iter()
-            .map(|m| Buffer::get(m, false))
+            .map(message_buffers)
             .collect::<PyResult<Vec<_>>>()?;
-        let raws: Vec<_> = bufs.iter().map(Buffer::raw).collect();
+        let raws = raws_of(&bufs);
         let how = if wait { Put::Wait } else { Put::Now };
         let (done, err) = py.detach(move || {
             // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
             // returns.
-            let mut messages = raws
-                .iter()
-                .zip(ids)
-                .map(|(r, id)| (unsafe { r.bytes() }, id))
-                .peekable();
+            let parts = unsafe { slices_of(&raws) };
+            let mut messages = parts.iter().map(Vec::as_slice).zip(ids).peekable();
             if !wait {
                 return packets::put_many(&data, &lock, messages, how);
             }
@@ -314,7 +284,7 @@ impl PyWriter {
                     }
                     let m = messages.next()?;
                     n += 1;
-                    bytes += m.0.len();
+                    bytes += m.0.iter().map(|p| p.len()).sum::<usize>();
                     Some(m)
                 });
                 let (d, err) = packets::put_many(&data, &lock, batch, how);
@@ -349,18 +319,57 @@ impl PyWriter {
         let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
             return Ok(Some(pickled));
         };
-        let buf = Buffer::get(&pickled, false)?;
-        let raw = buf.raw();
         let id = pickle::message_id();
-        let done = py.detach(move || {
-            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
-            let bytes = unsafe { raw.bytes() };
-            packets::put(&data, &lock, bytes, id, Put::Now)
-        });
-        drop(buf);
+        let done = if pickled.is_exact_instance_of::<pyo3::types::PyBytes>() {
+            // The usual small message: one buffer, nothing allocated.
+            let buf = Buffer::get(&pickled, false)?;
+            let raw = buf.raw();
+            let done = py.detach(move || {
+                // SAFETY: `buf` stays held (its memory pinned) until after this returns.
+                let bytes = unsafe { raw.bytes() };
+                packets::put(&data, &lock, &[bytes], id, Put::Now)
+            });
+            drop(buf);
+            done
+        } else {
+            let bufs = [message_buffers(&pickled)?];
+            let raws = raws_of(&bufs);
+            let done = py.detach(move || {
+                // SAFETY: `bufs` stays held (its memory pinned) until after this returns.
+                let parts = unsafe { slices_of(&raws) };
+                packets::put(&data, &lock, &parts[0], id, Put::Now)
+            });
+            drop(bufs);
+            done
+        };
         match done {
             Ok(true) => Ok(None),
             _ => Ok(Some(pickled)),
         }
     }
+}
+
+/// A queue message's buffers: a tuple's items (a large pickle's parts, see `pickle::dumps`),
+/// or the object itself.
+fn message_buffers(m: &Bound<'_, PyAny>) -> PyResult<Vec<Buffer>> {
+    match m.cast::<pyo3::types::PyTuple>() {
+        Ok(t) => t.iter().map(|p| Buffer::get(&p, false)).collect(),
+        Err(_) => Ok(vec![Buffer::get(m, false)?]),
+    }
+}
+
+/// The raw memory of each message's buffers (to use without the GIL).
+fn raws_of(bufs: &[Vec<Buffer>]) -> Vec<Vec<crate::buffer::Raw>> {
+    bufs.iter().map(|b| b.iter().map(Buffer::raw).collect()).collect()
+}
+
+/// Each message's parts as slices.
+///
+/// # Safety
+/// The buffers `raws` came from must stay held until the slices are no longer used.
+unsafe fn slices_of<'a>(raws: &[Vec<crate::buffer::Raw>]) -> Vec<Vec<&'a [u8]>> {
+    raws.iter()
+        // SAFETY: the caller keeps each buffer held, so its memory stays pinned.
+        .map(|r| r.iter().map(|x| unsafe { x.bytes() }).collect())
+        .collect()
 }

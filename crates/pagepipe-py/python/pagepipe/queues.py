@@ -52,7 +52,6 @@ from . import _native
 
 __all__ = ["Queue", "QUEUE_CAPACITY"]
 
-_dumps = _native._dumps
 
 #: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
 QUEUE_CAPACITY = 4 << 20
