@@ -174,6 +174,12 @@ fn write_message(
         Put::Now if data.free() < need => return Ok(false),
         Put::Now => {}
         Put::Wait if n > 1 && need <= data.capacity() => wait_for_room(data, need)?,
+        // A full pipe: wait (polling, see `wait_for_room`) until a quarter of it is free, not
+        // for each slot the readers free: a writer asleep on the pipe's futex costs its
+        // reader a wake-up call every few messages, and the reader is then what is slowest.
+        Put::Wait if data.free() < PACKET => {
+            wait_for_room(data, (data.capacity() / 4).max(need))?;
+        }
         Put::Wait => {}
     }
     let mut cursor = Cursor { parts, part: 0, at: 0 };
