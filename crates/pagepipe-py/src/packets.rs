@@ -182,7 +182,11 @@ fn write_message(
         }
         Put::Wait => {}
     }
-    let mut cursor = Cursor { parts, part: 0, at: 0 };
+    let mut cursor = Cursor {
+        parts,
+        part: 0,
+        at: 0,
+    };
     let mut pieces: Vec<&[u8]> = Vec::with_capacity(4);
     for i in 0..n {
         let off = i * BODY;
@@ -397,7 +401,15 @@ pub(crate) fn get(
     while matches!(got, Ok(Got::Message)) && ends.len() < max.max(1) {
         // Only a message that has started: a deadline that has passed.
         let base = out.len();
-        got = match read_message(data, lock_w, Some(Instant::now()), signals, out, base, packet) {
+        got = match read_message(
+            data,
+            lock_w,
+            Some(Instant::now()),
+            signals,
+            out,
+            base,
+            packet,
+        ) {
             Ok(Got::Empty) => {
                 out.truncate(base);
                 break;

@@ -124,7 +124,9 @@ pub(crate) fn loads<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, Py
             .map(Bound::unbind)
     })?;
     if data.len() < VIEW_FROM {
-        return f.call1(py, (PyBytes::new(py, data),)).map(|o| o.into_bound(py));
+        return f
+            .call1(py, (PyBytes::new(py, data),))
+            .map(|o| o.into_bound(py));
     }
     // A large message is unpickled from a memoryview of `data` (no copy into a new bytes,
     // whose fresh pages fault in on every call), released before `data` can change: the

@@ -204,7 +204,14 @@ impl QueueOps {
         };
         let release = self.release.bind(py);
         let r = self.data_r.get();
-        let mut got = r.get_objs(py, self.lock_r.get(), self.lock_w.get(), timeout, release, 1)?;
+        let mut got = r.get_objs(
+            py,
+            self.lock_r.get(),
+            self.lock_w.get(),
+            timeout,
+            release,
+            1,
+        )?;
         Ok(got.pop().expect("get_objs returns at least one object"))
     }
 

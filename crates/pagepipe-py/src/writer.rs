@@ -360,7 +360,9 @@ fn message_buffers(m: &Bound<'_, PyAny>) -> PyResult<Vec<Buffer>> {
 
 /// The raw memory of each message's buffers (to use without the GIL).
 fn raws_of(bufs: &[Vec<Buffer>]) -> Vec<Vec<crate::buffer::Raw>> {
-    bufs.iter().map(|b| b.iter().map(Buffer::raw).collect()).collect()
+    bufs.iter()
+        .map(|b| b.iter().map(Buffer::raw).collect())
+        .collect()
 }
 
 /// Each message's parts as slices.
