@@ -177,8 +177,10 @@ fn write_message(
         // A full pipe: wait (polling, see `wait_for_room`) until a quarter of it is free, not
         // for each slot the readers free: a writer asleep on the pipe's futex costs its
         // reader a wake-up call every few messages, and the reader is then what is slowest.
+        // (A quarter at most: a message larger than the pipe must not wait for room for all
+        // of it, which never comes; it streams.)
         Put::Wait if data.free() < PACKET => {
-            wait_for_room(data, (data.capacity() / 4).max(need))?;
+            wait_for_room(data, (data.capacity() / 4).max(PACKET))?;
         }
         Put::Wait => {}
     }

@@ -331,20 +331,6 @@ impl PyReader {
         got.map(|()| (len, None))
     }
 
-    /// `pagepipe.Queue.get`: the next object of this packet pipe (see `_get_objs`).
-    #[pyo3(signature = (lock_r, lock_w, timeout, release))]
-    fn _get_obj<'py>(
-        &self,
-        py: Python<'py>,
-        lock_r: PyRef<'_, PyReader>,
-        lock_w: PyRef<'_, PyWriter>,
-        timeout: Option<f64>,
-        release: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let mut got = self.get_objs(py, &lock_r, &lock_w, timeout, release, 1)?;
-        Ok(got.pop().expect("get_objs returns at least one object"))
-    }
-
     /// `pagepipe.Queue.get_many`: the next whole messages of this packet pipe, unpickled, at
     /// most `max`: the first waits at most `timeout` (seconds; `None`: forever) to start
     /// (`queue.Empty` then), the next ones are those that have started already. Holds the

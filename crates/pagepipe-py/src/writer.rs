@@ -178,23 +178,7 @@ impl PyWriter {
         result
     }
 
-    /// `pagepipe.Queue.put`'s one native call: pickles `obj` (as `ForkingPickler.dumps`; its
-    /// errors are raised), then, if `direct` (nothing of this process's is waiting for the
-    /// feeder thread), writes it as `_put_message` without `wait` does, with a new message
-    /// id. `None` once it is in the pipe; else the pickled message, for the feeder (also when
-    /// the write failed: the feeder meets the error again and reports it, as
-    /// multiprocessing's feeder reports what it cannot write).
-    fn _put_obj<'py>(
-        &self,
-        py: Python<'py>,
-        lock: PyRef<'_, PyWriter>,
-        obj: &Bound<'py, PyAny>,
-        direct: bool,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.put_obj(py, &lock, obj, direct)
-    }
-
-    /// `pagepipe.Queue.put_many`'s one native call: pickles each of `objs` (as `_put_obj`);
+    /// `pagepipe.Queue.put_many`'s one native call: pickles each of `objs` (as `put_obj`);
     /// then, if `direct`, writes what fits now of what it pickled, in order, holding the
     /// queue's lock pipe's write side once. Returns how many were written, every pickled
     /// message (those written first: the rest are for the feeder), and `(index, exception)`
@@ -304,7 +288,12 @@ impl PyWriter {
 }
 
 impl PyWriter {
-    /// `_put_obj` (also `pagepipe._native._QueueOps.put`'s).
+    /// `pagepipe._native._QueueOps.put`'s write: pickles `obj` (as `ForkingPickler.dumps`; its
+    /// errors are raised), then, if `direct` (nothing of this process's is waiting for the
+    /// feeder thread), writes it if the write side is free within `packets::LOCK_TRY` and
+    /// all of it fits now (`packets::Put::Now`), with a new message id. `None` once it is in the pipe; else the pickled message, for the feeder (also when
+    /// the write failed: the feeder meets the error again and reports it, as
+    /// multiprocessing's feeder reports what it cannot write).
     pub(crate) fn put_obj<'py>(
         &self,
         py: Python<'py>,
