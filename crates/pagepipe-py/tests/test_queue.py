@@ -496,3 +496,75 @@ def test_put_many_and_get_many_across_processes_lose_and_duplicate_nothing(metho
         assert p.exitcode == 0
     want = [1000 * k + i for k in range(4) for i in range(len(sizes))]
     assert sorted(got) == want
+
+
+def test_each_threads_puts_stay_in_order_through_the_pipe_and_the_feeder():
+    # put writes directly while nothing of this process's waits for the feeder thread, else
+    # hands over to it: with a 64 KiB pipe both happen all the time; each thread's messages
+    # (put and put_many, small and multi-packet) still arrive in its order, once.
+    q = pagepipe.Queue(capacity=64 << 10)
+    n = 3000
+
+    def produce(tag):
+        for i in range(n):
+            if i % 100 == 0:
+                q.put_many([(tag, i, b"")])
+            else:
+                q.put((tag, i, b"x" * (9000 if i % 37 == 0 else i % 200)))
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    last = {}
+    for _ in range(3 * n):
+        tag, i, _ = q.get(timeout=30)
+        assert last.get(tag, -1) == i - 1
+        last[tag] = i
+    for t in threads:
+        t.join()
+    assert q.empty()
+    q.close()
+    q.join_thread()
+
+
+def test_put_and_get_are_native_unless_a_subclass_overrides_them():
+    q = pagepipe.Queue()
+    assert type(q.put).__name__ == "builtin_function_or_method"
+    assert type(q.get).__name__ == "builtin_function_or_method"
+
+    class Counting(pagepipe.Queue):
+        puts = 0
+
+        def put(self, obj, block=True, timeout=None):
+            Counting.puts += 1
+            return super().put(obj, block, timeout)
+
+    c = Counting()
+    c.put(1)
+    c.put_nowait(2)
+    assert Counting.puts == 2
+    assert [c.get(timeout=1), c.get(timeout=1)] == [1, 2]
+
+
+def test_a_dropped_queue_is_collected_and_its_feeder_ends():
+    # The queue and its native put/get refer to each other: the cycle collector frees it,
+    # and the feeder thread ends then, as multiprocessing's does once its queue is gone.
+    import gc
+    import weakref
+
+    q = pagepipe.Queue(capacity=64 << 10)
+    for _ in range(4):
+        q.put(bytes(40 << 10))  # the pipe fills: the feeder thread starts
+    thread = q._thread
+    assert thread is not None and thread.is_alive()
+    ref = weakref.ref(q)
+    # Its parts, to drain the pipe once it is gone.
+    reader, lock_r, lock_w, release = q._data_r, q._lock_r, q._lock_w, q._sem.release
+    del q
+    gc.collect()
+    assert ref() is None
+    # The feeder writes what it held (the close finalizer's sentinel comes after), then ends.
+    for _ in range(3):
+        reader._get_objs(lock_r, lock_w, 10, release, 1)
+    thread.join(10)
+    assert not thread.is_alive()
