@@ -150,7 +150,8 @@ impl QueueOps {
     }
 
     /// `pagepipe.Queue.put` (see its docstring).
-    #[pyo3(signature = (obj, block = None, timeout = None))]
+    #[pyo3(signature = (obj, block = None, timeout = None),
+           text_signature = "($self, obj, block=True, timeout=None)")]
     fn put(
         &self,
         py: Python<'_>,
@@ -187,7 +188,8 @@ impl QueueOps {
     }
 
     /// `pagepipe.Queue.get` (see its docstring).
-    #[pyo3(signature = (block = None, timeout = None))]
+    #[pyo3(signature = (block = None, timeout = None),
+           text_signature = "($self, block=True, timeout=None)")]
     fn get<'py>(
         &self,
         py: Python<'py>,
