@@ -9,8 +9,10 @@ every consumer has its last message):
   pagepipe.Pipe vs multiprocessing.Pipe, objects (send/recv) and raw bytes
   (send_bytes/recv_bytes), 100 B and 1 MiB.
 - queue, 1 -> 1 and 4 -> 4: put/get of pickled objects (a tuple of an int and bytes, 100 B or
-  1 MiB pickled): pagepipe.Queue vs multiprocessing.Queue vs faster_fifo.Queue (its put/get,
-  not its batching get_many).
+  1 MiB pickled): pagepipe.Queue vs multiprocessing.Queue vs faster_fifo.Queue (its put/get).
+- queue put_many/get_many, 1 -> 1 and 4 -> 4, 100 B objects: producers put_many --batch
+  (100) objects at a time, consumers get_many at most that many: pagepipe.Queue vs
+  faster_fifo.Queue (multiprocessing.Queue has no such calls).
 Each round runs every transport once per scenario, back to back; the ratios are of the medians
 over rounds, with the range of the per-round ratios. --busy N starts N busy loops
 (`sh -c 'while :; do :; done'`) for the whole run. Every message's size is checked.
@@ -100,6 +102,25 @@ def queue_consumer(q, n, size, barrier):
         assert len(q.get(timeout=120)[1]) == want
 
 
+def queue_producer_many(q, n, size, barrier, batch):
+    obj = payload_obj(size)
+    objs = [obj] * batch
+    barrier.wait()
+    for i in range(0, n, batch):
+        q.put_many(objs[:min(batch, n - i)])
+
+
+def queue_consumer_many(q, n, size, barrier, batch):
+    want = len(payload_obj(size)[1])
+    barrier.wait()
+    got = 0
+    while got < n:
+        msgs = q.get_many(timeout=120, max_messages_to_get=min(batch, n - got))
+        for m in msgs:
+            assert len(m[1]) == want
+        got += len(msgs)
+
+
 # -- one timed run --
 
 def run(procs, barrier):
@@ -147,13 +168,17 @@ def make_queue(kind):
     return faster_fifo.Queue(max_size_bytes=64 << 20)
 
 
-def run_queue(kind, n, size, nprod):
+def run_queue(kind, n, size, nprod, batch=None):
     q = make_queue(kind)
     barrier = CTX.Barrier(2 * nprod + 1)
     per = n // nprod
-    procs = [CTX.Process(target=queue_producer, args=(q, per, size, barrier))
+    if batch is None:
+        prod, cons, extra = queue_producer, queue_consumer, ()
+    else:
+        prod, cons, extra = queue_producer_many, queue_consumer_many, (batch,)
+    procs = [CTX.Process(target=prod, args=(q, per, size, barrier, *extra))
              for _ in range(nprod)]
-    procs += [CTX.Process(target=queue_consumer, args=(q, per, size, barrier))
+    procs += [CTX.Process(target=cons, args=(q, per, size, barrier, *extra))
               for _ in range(nprod)]
     t = run(procs, barrier)
     if hasattr(q, "close"):
@@ -178,6 +203,14 @@ def scenarios(args):
             label = f"queue {nprod}->{nprod} objects {'100 B' if size == SMALL else '1 MiB'}"
             out.append((label, [(k, lambda k=k, n=n, size=size, nprod=nprod: run_queue(k, n, size, nprod))
                                 for k in queues]))
+    # put_many/get_many, batches of args.batch: pagepipe.Queue vs faster-fifo's (the build
+    # of --baseline may predate them; multiprocessing.Queue has none).
+    many = ["pagepipe.Queue"] + (["faster-fifo"] if faster_fifo else [])
+    for nprod in (1, 4):
+        label = f"queue {nprod}->{nprod} objects 100 B put_many/get_many"
+        out.append((label, [(k, lambda k=k, nprod=nprod: run_queue(k, args.small, SMALL, nprod,
+                                                                    args.batch))
+                            for k in many]))
     return [(label, runs) for label, runs in out if not args.only or args.only in label]
 
 
@@ -189,6 +222,8 @@ def main():
     ap.add_argument("--big", type=int, default=400, help="1 MiB messages per run")
     ap.add_argument("--baseline", metavar="DIR", help="another pagepipe build to run beside")
     ap.add_argument("--only", metavar="WORD", help="only the scenarios whose label has WORD")
+    ap.add_argument("--batch", type=int, default=100,
+                    help="messages per put_many and at most per get_many (their scenarios)")
     args = ap.parse_args()
     global baseline
     if args.baseline:

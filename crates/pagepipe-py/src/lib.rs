@@ -17,6 +17,8 @@ mod error;
 mod held;
 mod message;
 mod packets;
+mod pickle;
+mod queue_ops;
 mod reader;
 mod wait;
 mod writer;
@@ -57,14 +59,23 @@ fn _is_readiness_fd(fd: std::os::fd::RawFd) -> bool {
     held::readiness::is_readiness(fd)
 }
 
+/// Called in a forked child (`pagepipe.queues` registers it): message ids carry the child's
+/// own process id.
+#[pyfunction]
+fn _after_fork_in_child() {
+    pickle::forked();
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipe, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_pipes, m)?)?;
     m.add_function(wrap_pyfunction!(_is_readiness_fd, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     m.add_class::<PyWriter>()?;
     m.add_class::<PyReader>()?;
+    m.add_class::<queue_ops::QueueOps>()?;
     m.add("DEFAULT_CAPACITY", pagepipe::DEFAULT_CAPACITY)?;
     m.add("PIPE_BUF", pagepipe::PIPE_BUF)?;
     Ok(())

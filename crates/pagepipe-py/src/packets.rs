@@ -92,23 +92,23 @@ fn packets_for(len: usize) -> usize {
     len.div_ceil(BODY).max(1)
 }
 
-/// Writes message `id` (`bytes`) to the packet pipe `data` holding `lock`'s write side;
+/// Writes message `id` (its `parts`, one after another) to the packet pipe `data` holding `lock`'s write side;
 /// `Ok(false)` if [`Put::Now`] could not (nothing written). Runs without the GIL.
 pub(crate) fn put(
     data: &Writer,
     lock: &Writer,
-    bytes: &[u8],
+    parts: &[&[u8]],
     id: u64,
     how: Put,
 ) -> io::Result<bool> {
-    let (n, err) = put_many(data, lock, [(bytes, id)], how);
+    let (n, err) = put_many(data, lock, [(parts, id)], how);
     match err {
         Some(e) => Err(e),
         None => Ok(n == 1),
     }
 }
 
-/// Writes `messages` (bytes and id each), in order, to the packet pipe `data` holding `lock`'s
+/// Writes `messages` (parts and id each), in order, to the packet pipe `data` holding `lock`'s
 /// write side once for all of them (the feeder thread's batch: one lock and one call for
 /// what it holds, not one per message). Returns how many went in whole, and the error that
 /// stopped it, if any (the message it stopped in may be partly written: readers drop it as
@@ -118,7 +118,7 @@ pub(crate) fn put(
 pub(crate) fn put_many<'a>(
     data: &Writer,
     lock: &Writer,
-    messages: impl IntoIterator<Item = (&'a [u8], u64)>,
+    messages: impl IntoIterator<Item = (&'a [&'a [u8]], u64)>,
     how: Put,
 ) -> (usize, Option<io::Error>) {
     let held = loop {
@@ -129,53 +129,138 @@ pub(crate) fn put_many<'a>(
             Err(e) => return (0, Some(e)),
         }
     };
-    let mut packet = [0u8; PACKET];
+    let mut packet = PACKET_BUF
+        .with(std::cell::Cell::take)
+        .unwrap_or_else(|| Box::new([0u8; PACKET]));
     let mut done = 0;
-    for (bytes, id) in messages {
-        match write_message(data, bytes, id, how, &mut packet) {
+    let mut err = None;
+    for (parts, id) in messages {
+        match write_message(data, parts, id, how, &mut packet) {
             Ok(true) => done += 1,
             Ok(false) => break,
             Err(e) => {
-                drop(held);
-                return (done, Some(e));
+                err = Some(e);
+                break;
             }
         }
     }
     drop(held);
-    (done, None)
+    PACKET_BUF.with(|b| b.set(Some(packet)));
+    (done, err)
+}
+
+thread_local! {
+    /// A thread's packet to assemble writes in, kept between calls (a 4 KiB array zeroed per
+    /// call showed in profiles of small messages).
+    static PACKET_BUF: std::cell::Cell<Option<Box<[u8; PACKET]>>> = const { std::cell::Cell::new(None) };
 }
 
 /// One message's packets, the lock pipe's write side held; `Ok(false)` if [`Put::Now`] finds
-/// no room for all of it (nothing written).
+/// no room for all of it (nothing written). The message is `parts`, one after another (a
+/// large pickle's frames and payloads, not joined): each packet is written from its header
+/// and the parts' bytes it carries as one vectored write, straight into the ring (assembled
+/// in `packet` only when it has to wait for room).
 fn write_message(
     data: &Writer,
-    bytes: &[u8],
+    parts: &[&[u8]],
     id: u64,
     how: Put,
     packet: &mut [u8; PACKET],
 ) -> io::Result<bool> {
-    let n = packets_for(bytes.len());
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let n = packets_for(total);
     let need = n * PACKET;
     match how {
         Put::Now if data.free() < need => return Ok(false),
         Put::Now => {}
         Put::Wait if n > 1 && need <= data.capacity() => wait_for_room(data, need)?,
+        // A full pipe: wait (polling, see `wait_for_room`) until a quarter of it is free, not
+        // for each slot the readers free: a writer asleep on the pipe's futex costs its
+        // reader a wake-up call every few messages, and the reader is then what is slowest.
+        // (A quarter at most: a message larger than the pipe must not wait for room for all
+        // of it, which never comes; it streams.)
+        Put::Wait if data.free() < PACKET => {
+            wait_for_room(data, (data.capacity() / 4).max(PACKET))?;
+        }
         Put::Wait => {}
     }
+    let mut cursor = Cursor {
+        parts,
+        part: 0,
+        at: 0,
+    };
+    let mut pieces: Vec<&[u8]> = Vec::with_capacity(4);
     for i in 0..n {
         let off = i * BODY;
-        let body = &bytes[off..bytes.len().min(off + BODY)];
-        let h = Header {
+        let len = total.min(off + BODY) - off;
+        let mut head = [0u8; HEADER];
+        Header {
             flags: if i == 0 { FIRST } else { 0 },
             id,
-            total: bytes.len() as u64,
+            total: total as u64,
             offset: off as u64,
-        };
-        h.encode(&mut packet[..]);
-        packet[HEADER..HEADER + body.len()].copy_from_slice(body);
-        write_packet(data, &packet[..HEADER + body.len()])?;
+        }
+        .encode(&mut head);
+        pieces.clear();
+        cursor.take(len, |b| pieces.push(b));
+        if pieces.len() < VECTORED {
+            let mut io = [io::IoSlice::new(&[]); VECTORED];
+            io[0] = io::IoSlice::new(&head);
+            for (slot, p) in io[1..].iter_mut().zip(&pieces) {
+                *slot = io::IoSlice::new(p);
+            }
+            match data.try_write_vectored(&io[..=pieces.len()]) {
+                Ok(w) if w == HEADER + len => continue,
+                Ok(w) => {
+                    return Err(io::Error::other(format!(
+                        "a packet of {} bytes was written as {w}: the pipe is not in packet mode",
+                        HEADER + len
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // No room now: the packet assembled, and written as the room comes.
+        let mut at = HEADER;
+        packet[..HEADER].copy_from_slice(&head);
+        for s in &pieces {
+            packet[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        write_packet(data, &packet[..at])?;
     }
     Ok(true)
+}
+
+/// The most slices of one vectored packet write (its header and the pieces of parts it
+/// carries); a packet of more pieces is assembled first.
+const VECTORED: usize = 8;
+
+/// Where a message's next byte is, in its parts.
+struct Cursor<'a> {
+    parts: &'a [&'a [u8]],
+    part: usize,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// The next `len` bytes, as pieces of the parts, to `out`.
+    fn take(&mut self, mut len: usize, mut out: impl FnMut(&'a [u8])) {
+        while len > 0 {
+            let p = self.parts[self.part];
+            let piece = &p[self.at..p.len().min(self.at + len)];
+            if !piece.is_empty() {
+                out(piece);
+            }
+            len -= piece.len();
+            self.at += piece.len();
+            if self.at == p.len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
+    }
 }
 
 /// How often the feeder, waiting for room for a whole message while the room does not grow,
@@ -215,8 +300,15 @@ fn wait_for_room(data: &Writer, need: usize) -> io::Result<()> {
 /// One packet, waiting for room as long as it takes (a `Put::Now` finds room for all of them,
 /// so only the feeder waits here).
 fn write_packet(data: &Writer, packet: &[u8]) -> io::Result<()> {
+    // First without a deadline (no clock read): the room is usually there.
+    let mut first = Some(data.try_write(packet));
     loop {
-        match data.write_deadline(packet, Instant::now() + SLICE) {
+        let wrote = match first.take() {
+            Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Some(w) => w,
+            None => data.write_deadline(packet, Instant::now() + SLICE),
+        };
+        match wrote {
             Ok(n) if n == packet.len() => return Ok(()),
             Ok(n) => {
                 return Err(io::Error::other(format!(
@@ -232,7 +324,7 @@ fn write_packet(data: &Writer, packet: &[u8]) -> io::Result<()> {
 
 /// What `get` hands back to Python.
 pub(crate) enum Got {
-    /// A whole message, in the caller's buffer.
+    /// Whole messages, in the caller's buffer.
     Message,
     /// The deadline passed before a message started.
     Empty,
@@ -252,25 +344,46 @@ struct Partial {
     id: u64,
 }
 
-/// Reads the next whole message from the packet pipe `data` into `out` (cleared first; a
-/// buffer the caller reuses, so that a large message does not fault in new memory each time),
-/// holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the wait for a
-/// message to start (`None`: forever; passed: only what is there now). A message started is
-/// read to its end: its first packets cannot be put back, and other readers would drop the
-/// rest. That wait is short: a message that fits in the pipe is written in one burst (see
+/// Messages read by [`get`]: their bytes one after another, and where each ends.
+#[derive(Default)]
+pub(crate) struct Messages {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) ends: Vec<usize>,
+    /// The packet being read (kept with the rest: not a 4 KiB array zeroed per call).
+    packet: Vec<u8>,
+}
+
+/// Reads the next whole messages from the packet pipe `data`, at most `max` (at least one),
+/// one after another into `into.bytes` (cleared first; a buffer the caller reuses, so that a large
+/// message does not fault in new memory each time), each message's end in `out` pushed to
+/// `into.ends`, holding the lock pipe's read side (`lock_r`) throughout; `deadline` bounds the
+/// wait for the first message to start (`None`: forever; passed: only what is there now);
+/// the next ones are taken only if they have started already. A message started is read to
+/// its end: its first packets cannot be put back, and other readers would drop the rest.
+/// That wait is short: a message that fits in the pipe is written in one burst (see
 /// [`wait_for_room`]); one larger than the pipe streams as fast as its writer writes. Every
 /// [`LOCK_SLICE`] or [`SLICE`] of waiting, `signals` runs (Python's signal handlers): its
-/// error ends the call, at once before a message starts; in the middle of one, once the
-/// message is whole ([`Got::Interrupted`]) or after [`FINISH_GRACE`] without a packet of it
-/// (the message is then lost, as when a reader is killed). Runs without the GIL.
+/// error ends the call, at once before the first message starts; in the middle of one, once
+/// the message is whole ([`Got::Interrupted`], the message in `into`) or after
+/// [`FINISH_GRACE`] without a packet of it (the message is then lost, as when a reader is
+/// killed). On an error, `into.ends` holds the messages read whole before it. Runs without the GIL.
 pub(crate) fn get(
     data: &Reader,
     lock_r: &Reader,
     lock_w: &Writer,
     deadline: Option<Instant>,
     signals: &dyn Fn() -> PyResult<()>,
-    out: &mut Vec<u8>,
+    max: usize,
+    into: &mut Messages,
 ) -> PyResult<Got> {
+    let Messages {
+        bytes: out,
+        ends,
+        packet,
+    } = into;
+    packet.resize(PACKET, 0);
+    out.clear();
+    ends.clear();
     let held = loop {
         match lock_r.read_chunk() {
             Ok(chunk) => break chunk,
@@ -283,18 +396,50 @@ pub(crate) fn get(
             Err(e) => return Err(crate::error::to_py(e)),
         }
     };
-    let got = read_message(data, lock_w, deadline, signals, out);
+    let mut got = read_message(data, lock_w, deadline, signals, out, 0, packet);
+    if let Ok(Got::Message | Got::Interrupted(_)) = &got {
+        ends.push(out.len());
+    }
+    while matches!(got, Ok(Got::Message)) && ends.len() < max.max(1) {
+        // Only a message that has started: a deadline that has passed.
+        let base = out.len();
+        got = match read_message(
+            data,
+            lock_w,
+            Some(Instant::now()),
+            signals,
+            out,
+            base,
+            packet,
+        ) {
+            Ok(Got::Empty) => {
+                out.truncate(base);
+                break;
+            }
+            Ok(g) => {
+                ends.push(out.len());
+                Ok(g)
+            }
+            Err(e) => {
+                out.truncate(base);
+                Err(e)
+            }
+        };
+    }
     drop(held);
     got
 }
 
-/// The body of [`get`], with the read side held.
+/// One message of [`get`], with the read side held, appended to `out` after its first `base`
+/// bytes (the messages read before it).
 fn read_message(
     data: &Reader,
     lock_w: &Writer,
     deadline: Option<Instant>,
     signals: &dyn Fn() -> PyResult<()>,
     out: &mut Vec<u8>,
+    base: usize,
+    packet: &mut [u8],
 ) -> PyResult<Got> {
     let mut partial: Option<Partial> = None;
     // The lock pipe's write side was found free while a message was partly read: its writer
@@ -307,14 +452,13 @@ fn read_message(
     // its end if it keeps coming (then kept for the next get), given up after FINISH_GRACE
     // without a packet; the exception is raised either way.
     let mut interrupted: Option<(PyErr, Instant)> = None;
-    let mut packet = [0u8; PACKET];
     loop {
         let slice = Instant::now() + SLICE;
         let limit = match (&partial, deadline) {
             (None, Some(d)) => d.min(slice),
             _ => slice,
         };
-        let n = match data.read_deadline(&mut packet, limit) {
+        let n = match data.read_deadline(packet, limit) {
             Ok(0) => return Err(PyEOFError::new_err("the queue has no writer left")),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
@@ -363,8 +507,8 @@ fn read_message(
                 continue; // malformed: a first packet starts at 0
             }
             let cap = usize::try_from(h.total).unwrap_or(usize::MAX);
-            out.clear();
-            if out.try_reserve_exact(cap).is_err() {
+            out.truncate(base);
+            if out.try_reserve(cap).is_err() {
                 return Err(PyOSError::new_err(format!(
                     "a queued message says it has {} bytes; cannot hold that",
                     h.total
@@ -375,12 +519,12 @@ fn read_message(
         let Some(p) = partial.as_ref() else {
             continue; // the rest of a message whose reader died: dropped
         };
-        if p.id != h.id || out.len() as u64 != h.offset {
+        if p.id != h.id || (out.len() - base) as u64 != h.offset {
             partial = None; // a torn message (its writer died): dropped
             continue;
         }
         out.extend_from_slice(body);
-        if out.len() as u64 == h.total {
+        if (out.len() - base) as u64 == h.total {
             return Ok(match interrupted {
                 Some((e, _)) => Got::Interrupted(e),
                 None => Got::Message,

@@ -5,6 +5,7 @@ use crate::error::to_py;
 use crate::held::{from_fds, Held};
 use crate::message;
 use crate::packets::{self, Got};
+use crate::pickle;
 use crate::wait::{duration, interruptible, DefaultTimeout};
 use crate::writer::PyWriter;
 use pagepipe::Reader;
@@ -23,10 +24,10 @@ pub(crate) struct PyReader {
     held: Held<Reader>,
     /// `settimeout`'s default for this object's calls.
     timeout: DefaultTimeout,
-    /// A queue's message read to its end by a `get` that a signal handler interrupted, kept
-    /// for this process's next `get` (with the id of the process that read it: a forked
-    /// child's copy is not its own, and must not be delivered twice).
-    stash: std::sync::Mutex<Option<(u32, Vec<u8>)>>,
+    /// Queue messages read whole by a call that a signal handler (or an error) interrupted,
+    /// kept for this process's next calls (with the id of the process that read them: a
+    /// forked child's copy is not its own, and must not be delivered twice).
+    stash: std::sync::Mutex<Option<(u32, std::collections::VecDeque<Vec<u8>>)>>,
 }
 
 impl PyReader {
@@ -85,7 +86,9 @@ unsafe impl Send for Fill {}
 thread_local! {
     /// The buffer a thread's queue reads assemble messages in, kept between calls: a fresh one
     /// of a large message's size would fault in its pages on every call.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// With the ends of the messages in it.
+    static SCRATCH: std::cell::RefCell<packets::Messages> =
+        std::cell::RefCell::new(packets::Messages::default());
 }
 
 /// The largest `SCRATCH` kept between calls.
@@ -328,46 +331,153 @@ impl PyReader {
         got.map(|()| (len, None))
     }
 
-    /// `pagepipe.Queue.get`'s read: the next whole message of this packet pipe, holding the
+    /// `pagepipe.Queue.get_many`: the next whole messages of this packet pipe, unpickled, at
+    /// most `max`: the first waits at most `timeout` (seconds; `None`: forever) to start
+    /// (`queue.Empty` then), the next ones are those that have started already. Holds the
     /// queue's lock pipe's read side (`lock_r`; `lock_w` is its write side, to tell a dead
-    /// writer's partial message). `None` if `timeout` (seconds; `None`: forever) passes first.
-    /// A message that a signal handler's exception interrupted is read to its end, kept, and
-    /// returned by this process's next call.
-    #[pyo3(signature = (lock_r, lock_w, timeout))]
-    fn _get_message<'py>(
+    /// writer's partial message) throughout. `release()` (the queue's semaphore) is called
+    /// once per message taken. Messages that a signal handler's exception (or an error)
+    /// interrupted are kept, and returned by this process's next calls, before the pipe's; so
+    /// are those after one that cannot be unpickled (its error is raised by the next call).
+    #[pyo3(signature = (lock_r, lock_w, timeout, release, max))]
+    fn _get_objs<'py>(
         &self,
         py: Python<'py>,
         lock_r: PyRef<'_, PyReader>,
         lock_w: PyRef<'_, PyWriter>,
         timeout: Option<f64>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        release: &Bound<'py, PyAny>,
+        max: usize,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.get_objs(py, &lock_r, &lock_w, timeout, release, max)
+    }
+}
+
+/// `queue.Empty`.
+fn empty_error(py: Python<'_>) -> PyErr {
+    static EMPTY: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+    match EMPTY.import(py, "queue", "Empty") {
+        Ok(t) => PyErr::from_type(t.clone(), ()),
+        Err(e) => e,
+    }
+}
+
+/// `queue.Full`.
+pub(crate) fn full_error(py: Python<'_>) -> PyErr {
+    static FULL: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+    match FULL.import(py, "queue", "Full") {
+        Ok(t) => PyErr::from_type(t.clone(), ()),
+        Err(e) => e,
+    }
+}
+
+impl PyReader {
+    /// Messages kept by an interrupted call, for this process's next ones (at most `max`).
+    fn take_stash(&self, max: usize) -> Vec<Vec<u8>> {
+        let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+        match stash.as_mut() {
+            Some((pid, kept)) if *pid == std::process::id() => {
+                let n = kept.len().min(max.max(1));
+                let out: Vec<Vec<u8>> = kept.drain(..n).collect();
+                if kept.is_empty() {
+                    *stash = None;
+                }
+                out
+            }
+            Some(_) => {
+                *stash = None; // a parent's (forked): not ours to deliver
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Keeps `msgs` for this process's next calls, before any kept already.
+    fn stash_front(&self, msgs: Vec<Vec<u8>>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = std::process::id();
+        let mut kept: std::collections::VecDeque<Vec<u8>> = msgs.into();
+        if let Some((p, old)) = stash.take() {
+            if p == pid {
+                kept.extend(old);
+            }
+        }
+        *stash = Some((pid, kept));
+    }
+
+    /// Unpickles `msgs` in order, calling `release` for each taken. The first one's error is
+    /// raised (it is taken; the rest are kept); a later one's ends the list, and it and the
+    /// rest are kept, for the next calls (see `_get_objs`).
+    fn deliver<'py>(
+        &self,
+        py: Python<'py>,
+        msgs: &[&[u8]],
+        release: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let mut objs = Vec::with_capacity(msgs.len());
+        for (i, m) in msgs.iter().enumerate() {
+            match pickle::loads(py, m) {
+                Ok(o) => {
+                    release.call0()?;
+                    objs.push(o);
+                }
+                Err(e) if i == 0 => {
+                    // Taken (as get's would be); those after it are kept.
+                    self.stash_front(msgs[1..].iter().map(|m| m.to_vec()).collect());
+                    release.call0()?;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.stash_front(msgs[i..].iter().map(|m| m.to_vec()).collect());
+                    break;
+                }
+            }
+        }
+        Ok(objs)
+    }
+
+    /// `_get_objs` (also `pagepipe._native._QueueOps.get`'s).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_objs<'py>(
+        &self,
+        py: Python<'py>,
+        lock_r: &PyReader,
+        lock_w: &PyWriter,
+        timeout: Option<f64>,
+        release: &Bound<'py, PyAny>,
+        max: usize,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let (data, lr, lw) = (self.held.end()?, lock_r.end()?, lock_w.end()?);
         let deadline = crate::wait::deadline(duration(timeout)?);
-        {
-            let mut stash = self.stash.lock().unwrap_or_else(|e| e.into_inner());
-            match stash.take() {
-                Some((pid, kept)) if pid == std::process::id() => {
-                    return Ok(Some(PyBytes::new(py, &kept)));
-                }
-                _ => {} // none, or a parent's (forked): not ours to deliver
-            }
+        let kept = self.take_stash(max);
+        if !kept.is_empty() {
+            let views: Vec<&[u8]> = kept.iter().map(Vec::as_slice).collect();
+            return self.deliver(py, &views, release);
         }
         let signals = || Python::attach(|py| py.check_signals());
-        let mut out = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals, &mut out));
-        let message = match got {
-            Ok(Got::Message) => Ok(Some(PyBytes::new(py, &out))),
-            Ok(Got::Empty) => Ok(None),
-            Ok(Got::Interrupted(e)) => {
-                let kept = Some((std::process::id(), out.clone()));
-                *self.stash.lock().unwrap_or_else(|e| e.into_inner()) = kept;
+        let mut read = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        let got = py.detach(|| packets::get(&data, &lr, &lw, deadline, &signals, max, &mut read));
+        let mut starts = std::iter::once(0).chain(read.ends.iter().copied());
+        let msgs: Vec<&[u8]> = read
+            .ends
+            .iter()
+            .map(|&e| &read.bytes[starts.next().unwrap_or(0)..e])
+            .collect();
+        let result = match got {
+            Ok(Got::Message) => self.deliver(py, &msgs, release),
+            Ok(Got::Empty) => Err(empty_error(py)),
+            Ok(Got::Interrupted(e)) | Err(e) => {
+                self.stash_front(msgs.iter().map(|m| m.to_vec()).collect());
                 Err(e)
             }
-            Err(e) => Err(e),
         };
-        if out.capacity() <= SCRATCH_KEPT {
-            SCRATCH.with(|s| *s.borrow_mut() = out);
+        drop(msgs);
+        if read.bytes.capacity() <= SCRATCH_KEPT {
+            SCRATCH.with(|s| *s.borrow_mut() = read);
         }
-        message
+        result
     }
 }

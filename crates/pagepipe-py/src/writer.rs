@@ -5,11 +5,16 @@ use crate::error::to_py;
 use crate::held::{from_fds, Held};
 use crate::message;
 use crate::packets::{self, Put};
+use crate::pickle;
 use crate::wait::{deadline, duration, interruptible_until, DefaultTimeout};
 use pagepipe::Writer;
 use pyo3::prelude::*;
 use std::os::fd::RawFd;
 use std::time::Duration;
+
+/// The most messages, and bytes (once reached), the feeder writes holding the write side once.
+const BATCH: usize = 256;
+const BATCH_BYTES: usize = 1 << 20;
 
 /// The write end of a pagepipe. `write(b)` blocks until all of `b` is in the pipe (a
 /// non-blocking end writes what fits); writes of at most `PIPE_BUF` bytes are atomic.
@@ -173,64 +178,106 @@ impl PyWriter {
         result
     }
 
-    /// `pagepipe.Queue`'s write of message `id` (`b`) to this packet pipe, holding the
-    /// queue's lock pipe's write side (`lock`): with `wait`, as long as it takes (the feeder
-    /// thread); without, only if the lock is free and all of it fits now (`False`: nothing
-    /// was written).
-    fn _put_message(
+    /// `pagepipe.Queue.put_many`'s one native call: pickles each of `objs` (as `put_obj`);
+    /// then, if `direct`, writes what fits now of what it pickled, in order, holding the
+    /// queue's lock pipe's write side once. Returns how many were written, every pickled
+    /// message (those written first: the rest are for the feeder), and `(index, exception)`
+    /// for each object that an `Exception` stopped pickling; any other exception
+    /// (`KeyboardInterrupt`) is raised, and nothing is written.
+    #[allow(clippy::type_complexity)]
+    fn _put_objs<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         lock: PyRef<'_, PyWriter>,
-        b: &Bound<'_, PyAny>,
-        id: u64,
-        wait: bool,
-    ) -> PyResult<bool> {
-        let (data, lock) = (self.held.end()?, lock.end()?);
-        let buf = Buffer::get(b, false)?;
-        let raw = buf.raw();
-        let how = if wait { Put::Wait } else { Put::Now };
-        let done = py.detach(move || {
-            // SAFETY: `buf` stays held (and its memory pinned) until after this returns.
-            let bytes = unsafe { raw.bytes() };
-            packets::put(&data, &lock, bytes, id, how)
+        objs: Vec<Bound<'py, PyAny>>,
+        direct: bool,
+    ) -> PyResult<(usize, Vec<Bound<'py, PyAny>>, Vec<(usize, PyErr)>)> {
+        let mut pickled = Vec::with_capacity(objs.len());
+        let mut errors = Vec::new();
+        for (i, obj) in objs.iter().enumerate() {
+            match pickle::dumps(py, obj) {
+                Ok(p) => pickled.push(p),
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+                    errors.push((i, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !direct || pickled.is_empty() {
+            return Ok((0, pickled, errors));
+        }
+        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
+            return Ok((0, pickled, errors));
+        };
+        let bufs = pickled
+            .iter()
+            .map(message_buffers)
+            .collect::<PyResult<Vec<_>>>()?;
+        let raws = raws_of(&bufs);
+        let ids: Vec<u64> = raws.iter().map(|_| pickle::message_id()).collect();
+        let (done, _err) = py.detach(move || {
+            // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
+            // returns.
+            let parts = unsafe { slices_of(&raws) };
+            let messages = parts.iter().map(Vec::as_slice).zip(ids);
+            packets::put_many(&data, &lock, messages, Put::Now)
         });
-        drop(buf);
-        done.map_err(to_py)
+        drop(bufs);
+        // An error: the feeder meets it again with the rest, and reports it.
+        Ok((done, pickled, errors))
     }
 
-    /// `pagepipe.Queue`'s feeder: writes `messages` (bytes-like objects, with `ids` their
-    /// message ids) in order, holding the queue's lock pipe's write side once for all of
-    /// them; with `wait`, as long as it takes, without, only what fits now. Returns how many
-    /// went in whole; an error that stops it is raised if none did (else the count is
+    /// `pagepipe.Queue`'s feeder and `put_many`: writes `messages` (bytes-like objects) in
+    /// order, each with a new message id, holding the queue's lock pipe's write side once for
+    /// all of them; with `wait`, as long as it takes, without, only what fits now. Returns how
+    /// many went in whole; an error that stops it is raised if none did (else the count is
     /// returned, and the next call meets the error).
     fn _put_messages(
         &self,
         py: Python<'_>,
         lock: PyRef<'_, PyWriter>,
         messages: Vec<Bound<'_, PyAny>>,
-        ids: Vec<u64>,
         wait: bool,
     ) -> PyResult<usize> {
-        if messages.len() != ids.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "one id per message is needed",
-            ));
-        }
+        let ids: Vec<u64> = messages.iter().map(|_| pickle::message_id()).collect();
         let (data, lock) = (self.held.end()?, lock.end()?);
         let bufs = messages
             .iter()
-            .map(|m| Buffer::get(m, false))
+            .map(message_buffers)
             .collect::<PyResult<Vec<_>>>()?;
-        let raws: Vec<_> = bufs.iter().map(Buffer::raw).collect();
+        let raws = raws_of(&bufs);
         let how = if wait { Put::Wait } else { Put::Now };
         let (done, err) = py.detach(move || {
             // SAFETY: every buffer in `bufs` stays held (its memory pinned) until after this
             // returns.
-            let messages = raws
-                .iter()
-                .zip(ids)
-                .map(|(r, id)| (unsafe { r.bytes() }, id));
-            packets::put_many(&data, &lock, messages, how)
+            let parts = unsafe { slices_of(&raws) };
+            let mut messages = parts.iter().map(Vec::as_slice).zip(ids).peekable();
+            if !wait {
+                return packets::put_many(&data, &lock, messages, how);
+            }
+            // The feeder hands over all it holds (one trip for the GIL per backlog, not per
+            // batch); the write side is taken once per BATCH messages or BATCH_BYTES, so
+            // other processes' writers get their turn between.
+            let mut done = 0;
+            while messages.peek().is_some() {
+                let mut bytes = 0;
+                let mut n = 0;
+                let batch = std::iter::from_fn(|| {
+                    if n >= BATCH || bytes >= BATCH_BYTES {
+                        return None;
+                    }
+                    let m = messages.next()?;
+                    n += 1;
+                    bytes += m.0.iter().map(|p| p.len()).sum::<usize>();
+                    Some(m)
+                });
+                let (d, err) = packets::put_many(&data, &lock, batch, how);
+                done += d;
+                if err.is_some() {
+                    return (done, err);
+                }
+            }
+            (done, None)
         });
         drop(bufs);
         match err {
@@ -238,4 +285,82 @@ impl PyWriter {
             _ => Ok(done),
         }
     }
+}
+
+impl PyWriter {
+    /// `pagepipe._native._QueueOps.put`'s write: pickles `obj` (as `ForkingPickler.dumps`; its
+    /// errors are raised), then, if `direct` (nothing of this process's is waiting for the
+    /// feeder thread), writes it if the write side is free within `packets::LOCK_TRY` and
+    /// all of it fits now (`packets::Put::Now`), with a new message id. `None` once it is in the pipe; else the pickled message, for the feeder (also when
+    /// the write failed: the feeder meets the error again and reports it, as
+    /// multiprocessing's feeder reports what it cannot write).
+    pub(crate) fn put_obj<'py>(
+        &self,
+        py: Python<'py>,
+        lock: &PyWriter,
+        obj: &Bound<'py, PyAny>,
+        direct: bool,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let pickled = pickle::dumps(py, obj)?;
+        if !direct {
+            return Ok(Some(pickled));
+        }
+        let (Ok(data), Ok(lock)) = (self.held.end(), lock.end()) else {
+            return Ok(Some(pickled));
+        };
+        let id = pickle::message_id();
+        let done = if pickled.is_exact_instance_of::<pyo3::types::PyBytes>() {
+            // The usual small message: one buffer, nothing allocated.
+            let buf = Buffer::get(&pickled, false)?;
+            let raw = buf.raw();
+            let done = py.detach(move || {
+                // SAFETY: `buf` stays held (its memory pinned) until after this returns.
+                let bytes = unsafe { raw.bytes() };
+                packets::put(&data, &lock, &[bytes], id, Put::Now)
+            });
+            drop(buf);
+            done
+        } else {
+            let bufs = [message_buffers(&pickled)?];
+            let raws = raws_of(&bufs);
+            let done = py.detach(move || {
+                // SAFETY: `bufs` stays held (its memory pinned) until after this returns.
+                let parts = unsafe { slices_of(&raws) };
+                packets::put(&data, &lock, &parts[0], id, Put::Now)
+            });
+            drop(bufs);
+            done
+        };
+        match done {
+            Ok(true) => Ok(None),
+            _ => Ok(Some(pickled)),
+        }
+    }
+}
+
+/// A queue message's buffers: a tuple's items (a large pickle's parts, see `pickle::dumps`),
+/// or the object itself.
+fn message_buffers(m: &Bound<'_, PyAny>) -> PyResult<Vec<Buffer>> {
+    match m.cast::<pyo3::types::PyTuple>() {
+        Ok(t) => t.iter().map(|p| Buffer::get(&p, false)).collect(),
+        Err(_) => Ok(vec![Buffer::get(m, false)?]),
+    }
+}
+
+/// The raw memory of each message's buffers (to use without the GIL).
+fn raws_of(bufs: &[Vec<Buffer>]) -> Vec<Vec<crate::buffer::Raw>> {
+    bufs.iter()
+        .map(|b| b.iter().map(Buffer::raw).collect())
+        .collect()
+}
+
+/// Each message's parts as slices.
+///
+/// # Safety
+/// The buffers `raws` came from must stay held until the slices are no longer used.
+unsafe fn slices_of<'a>(raws: &[Vec<crate::buffer::Raw>]) -> Vec<Vec<&'a [u8]>> {
+    raws.iter()
+        // SAFETY: the caller keeps each buffer held, so its memory stays pinned.
+        .map(|r| r.iter().map(|x| unsafe { x.bytes() }).collect())
+        .collect()
 }

@@ -117,3 +117,26 @@ def put_big_then_small_and_stay(q, size, ready):
     time.sleep(0.5)  # the feeder has filled the pipe with the big one's first packets
     ready.set()
     time.sleep(600)
+
+
+def produce_many(q, start, sizes, batch):
+    """Puts sized messages start.. with put_many, `batch` at a time."""
+    msgs = [sized(start + k, size) for k, size in enumerate(sizes)]
+    for i in range(0, len(msgs), batch):
+        q.put_many(msgs[i:i + batch])
+
+
+def consume_many(q, out, most):
+    """get_many (at most `most` each) until None; sends the indices it got on `out`."""
+    got = []
+    while True:
+        msgs = q.get_many(timeout=60, max_messages_to_get=most)
+        for k, msg in enumerate(msgs):
+            if msg is None:
+                # The Nones come after every message: those it took after its own are the
+                # other consumers'.
+                q.put_many(msgs[k + 1:])
+                out.send(got)
+                out.close()
+                return
+            got.append(check_sized(msg))

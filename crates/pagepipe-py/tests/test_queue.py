@@ -375,3 +375,196 @@ def test_bad_timeouts_raise_as_multiprocessing_and_socket_do():
     with pytest.raises(ValueError):
         q.get(timeout=float("nan"))
     assert q.get(timeout=1e9) == 1
+
+
+def test_put_many_and_get_many_keep_order_and_limits():
+    q = pagepipe.Queue()
+    q.put_many([])  # nothing to do
+    q.put_many(range(10))
+    q.put(10)
+    q.put_many(iter([11, 12]))
+    assert q.qsize() == 13
+    assert q.get_many(max_messages_to_get=4) == [0, 1, 2, 3]
+    assert q.get() == 4
+    assert q.get_many(timeout=1) == list(range(5, 13))
+    assert q.empty() and q.qsize() == 0
+    with pytest.raises(queue.Empty):
+        q.get_many(block=False)
+    start = time.monotonic()
+    with pytest.raises(queue.Empty):
+        q.get_many(timeout=0.2)
+    assert 0.15 < time.monotonic() - start < 2
+    with pytest.raises(ValueError):
+        q.get_many(max_messages_to_get=0)
+    q.close()
+    with pytest.raises(ValueError, match="is closed"):
+        q.put_many([1])
+    with pytest.raises(ValueError, match="is closed"):
+        q.get_many()
+
+
+def test_put_many_and_get_many_of_every_size_through_a_small_pipe():
+    # Messages of one packet, of many, and larger than the pipe (64 KiB), in one put_many:
+    # what fits goes in at once, the rest through the feeder, in order, whole and once.
+    q = pagepipe.Queue(capacity=64 << 10)
+    sizes = [1, 4000, 4096, 100_000, 10, 3 << 20, 50_000, 7] * 3
+    msgs = [(i, helpers.pattern(n)) for i, n in enumerate(sizes)]
+    q.put_many(msgs)
+    got = []
+    while len(got) < len(msgs):
+        got += q.get_many(timeout=10, max_messages_to_get=5)
+    assert got == msgs
+    assert q.empty()
+    q.close()
+    q.join_thread()
+
+
+def test_put_many_with_maxsize_puts_all_or_nothing():
+    q = pagepipe.Queue(maxsize=3)
+    q.put(0)
+    with pytest.raises(queue.Full):
+        q.put_many([1, 2, 3], block=False)
+    start = time.monotonic()
+    with pytest.raises(queue.Full):
+        q.put_many([1, 2, 3], timeout=0.2)
+    assert 0.15 < time.monotonic() - start < 2
+    assert q.qsize() == 1  # the places taken for a batch that did not fit are given back
+    q.put_many([1, 2], timeout=0.5)
+    assert q.full()
+    assert q.get_many(timeout=1) == [0, 1, 2]
+    assert q.qsize() == 0
+
+
+def test_put_many_reports_an_unpicklable_object_and_puts_the_others(capsys):
+    class NotSerializable:
+        def __reduce__(self):
+            raise AttributeError("no")
+
+    q = pagepipe.Queue(maxsize=5)
+    q.put_many([1, NotSerializable(), 3])
+    assert q.qsize() == 2
+    assert q.get_many(timeout=1) == [1, 3]
+    assert "AttributeError" in capsys.readouterr().err
+
+
+def test_a_message_that_cannot_be_unpickled_in_get_many_is_raised_by_the_next_get():
+    # get_many returns what it unpickled before a message whose loads fails; that message's
+    # error comes from the next call, and the messages after it are not lost.
+    class Breaks:
+        def __reduce__(self):
+            return (_raise, ())
+
+    q = pagepipe.Queue()
+    q.put_many([1, Breaks(), 3])
+    assert q.get_many(timeout=1) == [1]
+    with pytest.raises(RuntimeError, match="cannot be loaded"):
+        q.get_many(timeout=1)
+    assert q.get(timeout=1) == 3
+    assert q.qsize() == 0
+
+
+def _raise():
+    raise RuntimeError("cannot be loaded")
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_put_many_and_get_many_across_processes_lose_and_duplicate_nothing(method):
+    # 4 producers with put_many, 4 consumers with get_many (and one with get), messages from
+    # 10 B to 3 MiB through a 1 MiB pipe: every message arrives whole and once.
+    ctx = multiprocessing.get_context(method)
+    q = pagepipe.Queue(ctx=ctx, capacity=1 << 20)
+    sizes = ([10, 5000, 100, 70_000, 1, 4095, 4096, 300] * 8
+             + [3 << 20, 1_500_000])
+    producers = [ctx.Process(target=helpers.produce_many, args=(q, 1000 * k, sizes, 7))
+                 for k in range(4)]
+    pipes = [ctx.Pipe(duplex=False) for _ in range(5)]
+    consumers = [ctx.Process(target=helpers.consume_many, args=(q, w, 1 + 3 * j))
+                 for j, (r, w) in enumerate(pipes[:4])]
+    consumers.append(ctx.Process(target=helpers.consume, args=(q, pipes[4][1])))
+    for p in producers + consumers:
+        p.start()
+    for p in producers:
+        p.join(120)
+        assert p.exitcode == 0
+    q.put_many([None] * len(consumers))
+    got = []
+    for r, w in pipes:
+        w.close()
+        got += r.recv()
+    for p in consumers:
+        p.join(60)
+        assert p.exitcode == 0
+    want = [1000 * k + i for k in range(4) for i in range(len(sizes))]
+    assert sorted(got) == want
+
+
+def test_each_threads_puts_stay_in_order_through_the_pipe_and_the_feeder():
+    # put writes directly while nothing of this process's waits for the feeder thread, else
+    # hands over to it: with a 64 KiB pipe both happen all the time; each thread's messages
+    # (put and put_many, small and multi-packet) still arrive in its order, once.
+    q = pagepipe.Queue(capacity=64 << 10)
+    n = 3000
+
+    def produce(tag):
+        for i in range(n):
+            if i % 100 == 0:
+                q.put_many([(tag, i, b"")])
+            else:
+                q.put((tag, i, b"x" * (9000 if i % 37 == 0 else i % 200)))
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    last = {}
+    for _ in range(3 * n):
+        tag, i, _ = q.get(timeout=30)
+        assert last.get(tag, -1) == i - 1
+        last[tag] = i
+    for t in threads:
+        t.join()
+    assert q.empty()
+    q.close()
+    q.join_thread()
+
+
+def test_put_and_get_are_native_unless_a_subclass_overrides_them():
+    q = pagepipe.Queue()
+    assert type(q.put).__name__ == "builtin_function_or_method"
+    assert type(q.get).__name__ == "builtin_function_or_method"
+
+    class Counting(pagepipe.Queue):
+        puts = 0
+
+        def put(self, obj, block=True, timeout=None):
+            Counting.puts += 1
+            return super().put(obj, block, timeout)
+
+    c = Counting()
+    c.put(1)
+    c.put_nowait(2)
+    assert Counting.puts == 2
+    assert [c.get(timeout=1), c.get(timeout=1)] == [1, 2]
+
+
+def test_a_dropped_queue_is_collected_and_its_feeder_ends():
+    # The queue and its native put/get refer to each other: the cycle collector frees it,
+    # and the feeder thread ends then, as multiprocessing's does once its queue is gone.
+    import gc
+    import weakref
+
+    q = pagepipe.Queue(capacity=64 << 10)
+    for _ in range(4):
+        q.put(bytes(40 << 10))  # the pipe fills: the feeder thread starts
+    thread = q._thread
+    assert thread is not None and thread.is_alive()
+    ref = weakref.ref(q)
+    # Its parts, to drain the pipe once it is gone.
+    reader, lock_r, lock_w, release = q._data_r, q._lock_r, q._lock_w, q._sem.release
+    del q
+    gc.collect()
+    assert ref() is None
+    # The feeder writes what it held (the close finalizer's sentinel comes after), then ends.
+    for _ in range(3):
+        reader._get_objs(lock_r, lock_w, 10, release, 1)
+    thread.join(10)
+    assert not thread.is_alive()

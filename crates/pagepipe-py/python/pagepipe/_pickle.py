@@ -34,6 +34,20 @@ class _Pickler(pickle.Pickler):
 _local = threading.local()
 
 
+class _Sink:
+    __slots__ = ("write",)
+
+
+def _new_sink_pickler():
+    """A pickler as dumps' (ForkingPickler's tables), whose file's write appends to the list
+    returned with it: a small object's pickle is one bytes there, taken as is (the native
+    side of pagepipe.Queue keeps one per thread; see src/pickle.rs)."""
+    out = []
+    sink = _Sink()
+    sink.write = out.append
+    return _Pickler(sink), out
+
+
 def dumps(obj):
     """obj pickled as ForkingPickler.dumps(obj) pickles it (a bytes-like object)."""
     st = getattr(_local, "st", None)

@@ -26,16 +26,18 @@ Differences from multiprocessing.Queue, all in the caller's favour or invisible 
   multiprocessing's feeder reports it (the traceback on stderr, _on_queue_feeder_error), and
   put returns.
 - A message that fits in the pipe now goes in from the calling thread, without the feeder
-  thread's hand-off; the feeder thread (started only when needed) takes over, in order, while
-  the pipe is full or another writer holds it, so put never blocks on a full pipe unless
-  maxsize says so. The feeder writes what it holds in batches (up to 256 messages or 1 MiB
-  in one native call, taking the write lock once), each message as put writes it.
+  thread's hand-off (one native call pickles and writes it); the feeder thread (started only
+  when needed) takes over, in order, while the pipe is full or another writer holds it, so
+  put never blocks on a full pipe unless maxsize says so; once the thread runs, put hands a
+  message to it natively (under the queue's lock, notifying it only if it waits). The feeder
+  writes all it holds in one native call, taking the write lock once per 256 messages or
+  1 MiB, each message as put writes it.
+- put_many and get_many, as faster-fifo's: a batch in one native call each (see their
+  docstrings).
 """
 
 import collections
-import itertools
 import os
-import sys
 import threading
 import time
 import traceback
@@ -50,30 +52,14 @@ from . import _native
 
 __all__ = ["Queue", "QUEUE_CAPACITY"]
 
-from ._pickle import dumps as _dumps, loads as _loads
 
 #: The data pipe's capacity: 4 MiB, 1,024 packets (memory is used only for what is queued).
 QUEUE_CAPACITY = 4 << 20
-#: The most messages, and bytes (once reached), the feeder thread writes in one native call.
-_BATCH = 256
-_BATCH_BYTES = 1 << 20
 
 _sentinel = object()
-_ids = itertools.count(1)
-_pid = os.getpid()
 
-
-def _forked():
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
-
-
-def _message_id():
-    # Unique among live writers: this process's id and a counter.
-    return (_pid << 32) | (next(_ids) & 0xFFFFFFFF)
+# Message ids (unique among live writers) carry the process's id: a forked child's are its own.
+os.register_at_fork(after_in_child=_native._after_fork_in_child)
 
 
 class Queue:
@@ -117,18 +103,45 @@ class Queue:
 
     def _reset(self, after_fork=False):
         if after_fork:
-            self._notempty._at_fork_reinit()
+            self._notempty._at_fork_reinit()  # and so self._lock, its lock
         else:
-            self._notempty = threading.Condition(threading.Lock())
+            # put() takes the lock itself: a Condition's `with` runs Python-level methods.
+            self._lock = threading.Lock()
+            self._notempty = threading.Condition(self._lock)
         # Pickled messages the feeder thread has still to write, and whether it is writing
         # one now: while either holds something, put() queues behind it (FIFO per process).
         self._buffer = collections.deque()
-        self._feeding = False
+        # put and get, natively (and the flags `_feeding` and `_closed` they read): bound as
+        # this object's own put and get unless a subclass overrides them, so that a put or a
+        # get runs no Python-level frame (Queue.put and Queue.get call them too).
+        self._ops = _native._QueueOps(self, self._data_w, self._data_r, self._lock_w,
+                                      self._lock_r, self._sem, self._buffer, self._lock,
+                                      self._notempty)
+        cls = type(self)
+        if cls.put is Queue.put:
+            self.put = self._ops.put
+        if cls.get is Queue.get:
+            self.get = self._ops.get
         self._thread = None
         self._jointhread = None
         self._joincancelled = False
-        self._closed = False
         self._close = None
+
+    @property
+    def _feeding(self):
+        return self._ops.feeding
+
+    @_feeding.setter
+    def _feeding(self, value):
+        self._ops.feeding = value
+
+    @property
+    def _closed(self):
+        return self._ops.closed
+
+    @_closed.setter
+    def _closed(self, value):
+        self._ops.closed = value
 
     def __repr__(self):
         return f"<pagepipe.Queue maxsize={self._maxsize}{' closed' if self._closed else ''}>"
@@ -137,35 +150,62 @@ class Queue:
 
     def put(self, obj, block=True, timeout=None):
         """Puts obj in the queue. With maxsize, waits for a free place (at most timeout
-        seconds if block, not at all if not: queue.Full)."""
+        seconds if block, not at all if not: queue.Full).
+
+        One native call (`_native._QueueOps.put`) takes the place (the semaphore), pickles
+        obj and, unless something of this process's waits for the feeder thread (FIFO per
+        process), writes it if it fits now; else it goes to the feeder (`_to_feeder`). An
+        object that cannot be pickled is reported (`_report`) and its place given back, as on
+        any error (KeyboardInterrupt included) before the message is in the pipe or the
+        feeder's buffer."""
+        return self._ops.put(obj, block, timeout)
+
+    def put_many(self, objs, block=True, timeout=None):
+        """Puts every object of the iterable objs in the queue, in order, as consecutive puts
+        would (another process's messages may come between them). With maxsize, waits for
+        a free place for each (timeout bounds the whole wait, for all of them): if they do
+        not all get one, none is put, and queue.Full is raised. What fits in the pipe is
+        written in one native call holding the write lock once, the rest by the feeder.
+
+            >>> q = Queue()
+            >>> q.put_many([1, "two", (3,)])
+            >>> q.get_many(timeout=1)
+            [1, 'two', (3,)]
+        """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        if not self._sem.acquire(block, timeout):
-            raise Full
-        # The place taken is given back unless the message is in the pipe or the feeder's
-        # buffer: on an error, and on KeyboardInterrupt (or any exception a signal handler
-        # raises) wherever it strikes, or every later put would find one place fewer.
-        queued = False
+        objs = list(objs)
+        taken = 0
+        queued = 0
+        deadline = None if not block or timeout is None else time.monotonic() + max(timeout, 0)
         try:
-            try:
-                data = _dumps(obj)
-            except Exception as e:
-                self._report(e, obj)
-                return
-            with self._notempty:
-                if not self._buffer and not self._feeding:
-                    queued = self._data_w._put_message(
-                        self._lock_w, data, _message_id(), False)
-                    if queued:
-                        return
-                if self._thread is None:
-                    self._start_thread()
-                self._buffer.append(data)
-                queued = True
-                self._notempty.notify()
+            for _ in objs:
+                if deadline is None:
+                    ok = self._sem.acquire(block)
+                else:
+                    ok = self._sem.acquire(True, max(0.0, deadline - time.monotonic()))
+                if not ok:
+                    raise Full
+                taken += 1
+            done, batch, errors = self._data_w._put_objs(
+                self._lock_w, objs, not self._buffer and not self._feeding)
+            queued = done
+            if done < len(batch):
+                self._to_feeder(batch[done:])
+            queued = len(batch)
+            # The places of those that could not be pickled are given back (finally).
+            for i, e in errors:
+                self._report(e, objs[i])
         finally:
-            if not queued:
+            for _ in range(taken - queued):
                 self._sem.release()
+
+    def _to_feeder(self, datas):
+        with self._lock:
+            if self._thread is None:
+                self._start_thread()
+            self._buffer.extend(datas)
+            self._notempty.notify()
 
     def put_nowait(self, obj):
         """put(obj, False)."""
@@ -176,7 +216,7 @@ class Queue:
         if _util.is_exiting():
             _util.info(f"error in queue thread: {e}")
             return
-        traceback.print_exc()
+        traceback.print_exception(type(e), e, e.__traceback__)
         self._on_queue_feeder_error(e, obj)
 
     @staticmethod
@@ -188,18 +228,36 @@ class Queue:
 
     def get(self, block=True, timeout=None):
         """Removes and returns an item, waiting for one (at most timeout seconds if block,
-        not at all if not: queue.Empty)."""
+        not at all if not: queue.Empty). One native call (`_native._QueueOps.get`)."""
+        return self._ops.get(block, timeout)
+
+    def get_many(self, block=True, timeout=None, max_messages_to_get=None):
+        """Removes and returns a list of items, oldest first: waits for one as get() does
+        (queue.Empty if none comes), then takes, in the same native call, those that are in
+        the queue's pipe already, up to max_messages_to_get (None: no limit) in all.
+        Another consumer may get the items between them.
+
+            >>> q = Queue()
+            >>> q.put_many(range(5))
+            >>> q.get_many(timeout=1, max_messages_to_get=3)
+            [0, 1, 2]
+            >>> q.get_many(block=False)
+            [3, 4]
+        """
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
         if not block:
             timeout = 0.0
         elif timeout is not None and timeout < 0:
             timeout = 0.0
-        data = self._data_r._get_message(self._lock_r, self._lock_w, timeout)
-        if data is None:
-            raise Empty
-        self._sem.release()
-        return _loads(data)
+        if max_messages_to_get is None:
+            limit = 1 << 62
+        else:
+            limit = int(max_messages_to_get)
+            if limit < 1:
+                raise ValueError("max_messages_to_get must be at least 1")
+        return self._data_r._get_objs(
+            self._lock_r, self._lock_w, timeout, self._sem.release, limit)
 
     def get_nowait(self):
         """get(False)."""
@@ -255,6 +313,7 @@ class Queue:
             daemon=True,
         )
         self._thread.start()
+        self._ops.feeder_started = True
         if not self._joincancelled:
             self._jointhread = _util.Finalize(
                 self._thread, Queue._finalize_join, [weakref.ref(self._thread)],
@@ -277,32 +336,44 @@ class Queue:
     @staticmethod
     def _feed(qref, buffer, notempty, data_w, lock_w, ignore_epipe, onerror, sem):
         while True:
-            # What the buffer holds, up to _BATCH messages or _BATCH_BYTES, is written in one
-            # native call holding the write lock once (once per message cost the feeder more
-            # than the caller's put, and it fell behind whenever the pipe had filled).
+            # All the buffer holds (up to close()'s sentinel) is written in one native call,
+            # which takes the write lock once per 256 messages or 1 MiB (once per message
+            # cost the feeder more than the caller's put, and it fell behind whenever the
+            # pipe had filled; and each trip back here waits for the GIL, which a busy
+            # caller's thread gives up only every switch interval, 5 ms).
             with notempty:
                 while not buffer:
+                    # Under the lock: a put (natively) notifies only a feeder that waits.
+                    q = qref()
+                    if q is not None:
+                        q._ops.feeder_waiting = True
+                    q = None
                     notempty.wait()
-                batch = []
-                size = 0
-                while buffer and len(batch) < _BATCH and size < _BATCH_BYTES:
-                    if buffer[0] is _sentinel:
-                        break
-                    data = buffer.popleft()
-                    batch.append(data)
-                    size += len(data)
-                if not batch:
-                    return  # the sentinel: close() was called, all before it is written
+                    q = qref()
+                    if q is not None:
+                        q._ops.feeder_waiting = False
+                    q = None
+                # Feeding before taking anything: put() checks the buffer and then this flag
+                # without the lock, and must not see an empty buffer and a feeder not feeding
+                # while it holds what it took (a put would overtake it).
                 q = qref()
                 if q is not None:
                     q._feeding = True
                 q = None
+                if buffer[-1] is not _sentinel:
+                    batch = list(buffer)
+                    buffer.clear()
+                else:
+                    batch = []
+                    while buffer[0] is not _sentinel:
+                        batch.append(buffer.popleft())
+                if not batch:
+                    return  # the sentinel: close() was called, all before it is written
             try:
-                ids = [_message_id() for _ in batch]
                 done = 0
                 while done < len(batch):
                     try:
-                        done += data_w._put_messages(lock_w, batch[done:], ids[done:], True)
+                        done += data_w._put_messages(lock_w, batch[done:], True)
                     except Exception as e:
                         if ignore_epipe and isinstance(e, BrokenPipeError):
                             return
