@@ -828,7 +828,8 @@ pub(crate) fn note_fork() {
 }
 
 /// Slots staged before one publication (and, on the reader side, released before one tail
-/// update): one index RMW, one cache-line handoff to the other side, per this many pages.
+/// update): one index RMW, one cache-line handoff to the other side, per this many pages at
+/// least (a run copied at once, up to 64 KiB, is published as one batch).
 pub(crate) const PUBLISH_BATCH: u64 = 4;
 
 /// Publishes the `n` slots staged from index `from`, holding `bytes` in all, and wakes a
