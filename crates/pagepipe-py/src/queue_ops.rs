@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// One queue's hot paths, and the two flags they read.
 #[pyclass(module = "pagepipe._native", name = "_QueueOps")]
 pub(crate) struct QueueOps {
-    /// The `pagepipe.Queue` (for the rare paths; a cycle the GC sees through `__traverse__`).
+    /// A `weakref.ref` to the `pagepipe.Queue`, for the rare paths. Weak: the queue holds
+    /// us (and our bound put and get), and a strong reference back would make a cycle that
+    /// only the collector frees, keeping a dropped queue's descriptors open until it runs.
     queue: Option<Py<PyAny>>,
     data_w: Py<PyWriter>,
     data_r: Py<PyReader>,
@@ -44,10 +46,12 @@ pub(crate) struct QueueOps {
 
 impl QueueOps {
     fn queue<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.queue
-            .as_ref()
-            .map(|q| q.bind(py).clone())
-            .ok_or_else(|| PyValueError::new_err("the queue is gone"))
+        let gone = || PyValueError::new_err("the queue is gone");
+        let queue = self.queue.as_ref().ok_or_else(gone)?.bind(py).call0()?;
+        if queue.is_none() {
+            return Err(gone());
+        }
+        Ok(queue)
     }
 
     fn closed_error(&self, py: Python<'_>) -> PyErr {
@@ -129,8 +133,13 @@ impl QueueOps {
         lock: &Bound<'_, PyAny>,
         notempty: &Bound<'_, PyAny>,
     ) -> PyResult<QueueOps> {
+        let weak = sem
+            .py()
+            .import("weakref")?
+            .getattr("ref")?
+            .call1((queue,))?;
         Ok(QueueOps {
-            queue: Some(queue),
+            queue: Some(weak.unbind()),
             data_w,
             data_r,
             lock_w,

@@ -151,6 +151,11 @@ class Connection:
             >>> a.send_bytes(b"abcdef", 2, 3); b.recv_bytes()
             b'cde'
         """
+        if type(buf) is bytes and offset == 0 and size is None and self._writable \
+                and not self._closed:
+            # The common call: the whole of a bytes object, through none of the checks below.
+            self._writer._send_message(buf)
+            return
         self._check_closed()
         self._check_writable()
         m = memoryview(buf)
@@ -190,6 +195,9 @@ class Connection:
             >>> a.send_bytes(b"hi"); b.recv_bytes()
             b'hi'
         """
+        if maxlength is None and self._readable and not self._closed:
+            # The common call: no limit, so no bad length (a message always fits).
+            return self._reader._recv_message(None)
         self._check_closed()
         self._check_readable()
         if maxlength is not None and maxlength < 0:
