@@ -91,13 +91,19 @@ def test_many_producers_and_consumers_lose_tear_and_duplicate_nothing(method):
                  for k in range(4)]
     pipes = [ctx.Pipe(duplex=False) for _ in range(4)]
     consumers = [ctx.Process(target=helpers.consume, args=(q, w)) for r, w in pipes]
+    got = _run(producers, consumers, pipes, lambda: [q.put(None) for _ in consumers])
+    assert sorted(got) == [100 * k + i for k in range(4) for i in range(len(sizes))]
+
+
+def _run(producers, consumers, pipes, stop):
+    """Starts every process, waits for the producers, calls `stop` (a sentinel per
+    consumer), and returns what the consumers reported through `pipes`."""
     for p in producers + consumers:
         p.start()
     for p in producers:
         p.join(120)
         assert p.exitcode == 0
-    for _ in consumers:
-        q.put(None)
+    stop()
     got = []
     for r, w in pipes:
         w.close()
@@ -105,8 +111,7 @@ def test_many_producers_and_consumers_lose_tear_and_duplicate_nothing(method):
     for p in consumers:
         p.join(60)
         assert p.exitcode == 0
-    want = [100 * k + i for k in range(4) for i in range(len(sizes))]
-    assert sorted(got) == want
+    return got
 
 
 def _kill(p):
@@ -481,21 +486,8 @@ def test_put_many_and_get_many_across_processes_lose_and_duplicate_nothing(metho
     consumers = [ctx.Process(target=helpers.consume_many, args=(q, w, 1 + 3 * j))
                  for j, (r, w) in enumerate(pipes[:4])]
     consumers.append(ctx.Process(target=helpers.consume, args=(q, pipes[4][1])))
-    for p in producers + consumers:
-        p.start()
-    for p in producers:
-        p.join(120)
-        assert p.exitcode == 0
-    q.put_many([None] * len(consumers))
-    got = []
-    for r, w in pipes:
-        w.close()
-        got += r.recv()
-    for p in consumers:
-        p.join(60)
-        assert p.exitcode == 0
-    want = [1000 * k + i for k in range(4) for i in range(len(sizes))]
-    assert sorted(got) == want
+    got = _run(producers, consumers, pipes, lambda: q.put_many([None] * len(consumers)))
+    assert sorted(got) == [1000 * k + i for k in range(4) for i in range(len(sizes))]
 
 
 def test_each_threads_puts_stay_in_order_through_the_pipe_and_the_feeder():
