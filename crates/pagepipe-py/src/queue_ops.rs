@@ -34,6 +34,9 @@ pub(crate) struct QueueOps {
     lock_acquire: Py<PyAny>,
     lock_release: Py<PyAny>,
     notify: Py<PyAny>,
+    // The flags below are read and written with the GIL held (our methods, and the feeder's
+    // Python code through their setters), which already orders them; SeqCst keeps them
+    // ordered by themselves too, at no cost on the paths that read them (x86 loads).
     /// The feeder thread holds messages it took from the buffer and has not written yet.
     feeding: AtomicBool,
     /// The feeder thread is started (the queue's `_start_thread` ran).
@@ -68,6 +71,7 @@ impl QueueOps {
         // the buffer, so an empty buffer seen here with the flag down means that nothing of
         // this process's is waiting to be written (a put must not overtake it).
         let direct = match self.buffer.bind(py).is_truthy() {
+            // SeqCst: see the flags' note on `QueueOps`.
             Ok(b) => !b && !self.feeding.load(Ordering::SeqCst),
             Err(e) => return (false, Some(e)),
         };
@@ -95,6 +99,7 @@ impl QueueOps {
     /// to raise, if any (a signal handler's in the lock's `acquire`, or in `notify` once
     /// appended).
     fn to_feeder(&self, py: Python<'_>, data: Bound<'_, PyAny>) -> (bool, Option<PyErr>) {
+        // SeqCst: see the flags' note on `QueueOps`.
         if !self.feeder_started.load(Ordering::SeqCst) {
             let handed = PyList::new(py, [data])
                 .and_then(|list| self.queue(py)?.call_method1("_to_feeder", (list,)));
@@ -108,6 +113,7 @@ impl QueueOps {
         }
         let appended = self.append.call1(py, (data,)).map(drop);
         let notified = match appended {
+            // SeqCst: see the flags' note on `QueueOps`.
             Ok(()) if self.feeder_waiting.load(Ordering::SeqCst) => self.notify.call0(py).map(drop),
             _ => Ok(()),
         };
@@ -168,6 +174,7 @@ impl QueueOps {
         block: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        // SeqCst: see the flags' note on `QueueOps`.
         if self.closed.load(Ordering::SeqCst) {
             return Err(self.closed_error(py));
         }
@@ -205,6 +212,7 @@ impl QueueOps {
         block: Option<&Bound<'py, PyAny>>,
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // SeqCst: see the flags' note on `QueueOps`.
         if self.closed.load(Ordering::SeqCst) {
             return Err(self.closed_error(py));
         }
@@ -229,44 +237,52 @@ impl QueueOps {
     /// Whether the feeder thread holds messages it has not written yet.
     #[getter]
     fn get_feeding(&self) -> bool {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeding.load(Ordering::SeqCst)
     }
 
     #[setter]
     fn set_feeding(&self, v: bool) {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeding.store(v, Ordering::SeqCst);
     }
 
     /// Whether the feeder thread is started.
     #[getter]
     fn get_feeder_started(&self) -> bool {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeder_started.load(Ordering::SeqCst)
     }
 
     #[setter]
     fn set_feeder_started(&self, v: bool) {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeder_started.store(v, Ordering::SeqCst);
     }
 
     /// Whether the feeder thread waits on the condition (set and cleared under the lock).
     #[getter]
     fn get_feeder_waiting(&self) -> bool {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeder_waiting.load(Ordering::SeqCst)
     }
 
     #[setter]
     fn set_feeder_waiting(&self, v: bool) {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.feeder_waiting.store(v, Ordering::SeqCst);
     }
 
     /// Whether `close()` was called.
     #[getter]
     fn get_closed(&self) -> bool {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.closed.load(Ordering::SeqCst)
     }
 
     #[setter]
     fn set_closed(&self, v: bool) {
+        // SeqCst: see the flags' note on `QueueOps`.
         self.closed.store(v, Ordering::SeqCst);
     }
 
