@@ -424,11 +424,12 @@ fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usi
 /// Most bytes [`consume`] copies in one go (see the writer's `COPY_RUN`).
 const COPY_RUN: usize = 64 << 10;
 
-/// The run of published slots from `tail` (before `head`) that [`consume`] can copy at once:
-/// each full (all of its page, none read yet, no packet), their positions contiguous, at most
-/// `room` bytes and [`COPY_RUN`]. Returns the first position and the states seen (validated);
-/// fewer than two means "go slot by slot".
-fn full_run(ring: Ring<'_>, tail: u64, head: u64, room: usize) -> (usize, RunStates) {
+/// The run of published slots from `tail` (before `head`) that [`consume`] can copy at once,
+/// given the state `first` of slot `tail`, already validated and full: each slot full (all of
+/// its page, none read yet, no packet), their positions contiguous, at most `room` bytes and
+/// [`COPY_RUN`]. Returns the states seen (validated), `first` included; fewer than two means
+/// "go slot by slot".
+fn full_run(ring: Ring<'_>, tail: u64, head: u64, room: usize, first: u64) -> RunStates {
     let ss = ring.slot_size();
     let (pos, _) = ring.slot(tail);
     let most = (room / ss)
@@ -436,6 +437,7 @@ fn full_run(ring: Ring<'_>, tail: u64, head: u64, room: usize) -> (usize, RunSta
         .min(ring.size - pos)
         .min(head.wrapping_sub(tail).min(MAX_RUN as u64) as usize);
     let mut states = RunStates::new();
+    states.push(first);
     while states.len() < most {
         let index = tail + states.len() as u64;
         match slot_range(ring.slot(index).1, index, ring) {
@@ -443,7 +445,7 @@ fn full_run(ring: Ring<'_>, tail: u64, head: u64, room: usize) -> (usize, RunSta
             _ => break,
         }
     }
-    (pos, states)
+    states
 }
 
 /// Most slots in one run: [`COPY_RUN`] of the smallest slots.
@@ -528,10 +530,22 @@ fn consume(
         if next_fetched {
             ring.prefetch(tail + 1);
         }
+        let (pos, slot) = ring.slot(tail);
+        let (start, end, st) = match slot_range(slot, tail, ring) {
+            Ok(r) => r,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
         // Whole slots, queued one after the other in memory: one copy for the run.
-        let (pos, runs) = full_run(ring, tail, head, max - n);
+        let ss = ring.slot_size();
+        let runs = if start == 0 && end == ss && st & PACKET == 0 {
+            full_run(ring, tail, head, max - n, st)
+        } else {
+            RunStates::new()
+        };
         if runs.len() > 1 {
-            let ss = ring.slot_size();
             sink(n, ring.run(pos, runs.len()), runs.len() * ss);
             n += runs.len() * ss;
             let mut raced = false;
@@ -557,14 +571,6 @@ fn consume(
             next_fetched = false;
             continue;
         }
-        let (pos, slot) = ring.slot(tail);
-        let (start, end, st) = match slot_range(slot, tail, ring) {
-            Ok(r) => r,
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        };
         let c = (end - start).min(max - n);
         // start + c <= end <= slot_size: the run lies within the slot's page, published to us by
         // the Acquire loads above; writers only append past `end`, so nobody writes it now.
