@@ -34,6 +34,155 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { bounced(src, dst, len) }
 }
 
+/// Copies `len` bytes from `src` into ring pages at `dst`: a run of whole slots that a reader
+/// on another core will copy out. As [`copy`], but with streaming stores while this thread's
+/// readers run on a core that shares no cache with it (see [`Placement`]).
+///
+/// # Safety
+/// As [`copy`].
+#[inline]
+pub(crate) unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if len >= MIN_STREAM && (dst as usize) % 16 == 0 && PLACEMENT.with(Placement::far) {
+        // SAFETY: the caller's contract; dst is 16-byte aligned.
+        unsafe { copy_streaming(src, dst, len) };
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { copy(src, dst, len) }
+}
+
+/// Runs shorter than this are always copied as [`copy`] does.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const MIN_STREAM: usize = 16 * 1024;
+
+/// A cache-line transfer slower than this (nanoseconds, moving average) means the reader's
+/// core shares no cache with ours.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const FAR_NS: u32 = 100;
+
+/// One publication in this many is timed.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const TIME_EVERY: u32 = 4;
+
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+thread_local! {
+    static PLACEMENT: Placement = const { Placement::new() };
+}
+
+/// Where this thread's readers run, as far as copies care, learned from its publications.
+///
+/// A plain store needs its line in this core's cache first. The ring's pages were last read by
+/// the reader, so when the reader's core shares no cache with ours, every line of a write
+/// comes over the fabric before it is written. On the development VM the host puts the two
+/// vCPUs on such cores from time to time (`scripts/core-rtt.c`: a cache-line round trip of
+/// 400-530 ns instead of 95-130). There a pipe moved 5.7-8.5 GB/s idle and 1.7-2.3 GB/s beside
+/// two busy loops with plain stores, and 14-15 and 6.2-7.3 GB/s with streaming stores, which
+/// write whole lines to memory without fetching them. Where the cores share a cache, plain
+/// stores are faster (23-31 GB/s against 14-15 idle): the reader finds the data there.
+///
+/// The placement changes from minute to minute, and timing the copies cannot tell it (the
+/// method chosen changes what the next copy costs). The publication's index RMW can: it takes
+/// the head line back from the reader, which read it since, and costs one transfer. Its moving
+/// average was 31-56 ns in near placements (idle and beside busy loops) and 154-239 ns in far
+/// ones on the development VM; [`FAR_NS`] lies between. A reader on this very CPU costs no
+/// transfer, and plain stores are right there too. It is a hint: a peer that keeps the line
+/// bouncing only changes which stores we use.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+struct Placement {
+    /// Moving average of a timed publication, nanoseconds (0: none yet).
+    transfer_ns: std::cell::Cell<u32>,
+    /// Publications seen, for [`TIME_EVERY`].
+    count: std::cell::Cell<u32>,
+}
+
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+impl Placement {
+    const fn new() -> Placement {
+        Placement {
+            transfer_ns: std::cell::Cell::new(0),
+            count: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Whether the readers' core looks far (see the type's docs).
+    fn far(&self) -> bool {
+        self.transfer_ns.get() > FAR_NS
+    }
+
+    /// Adds a timed transfer.
+    fn note(&self, ns: u32) {
+        self.transfer_ns.set(blend(self.transfer_ns.get(), ns));
+    }
+}
+
+/// A moving average's next value after `sample`: 7/8 the old, 1/8 the sample, the sample cut
+/// to four times the average first (an RMW the scheduler interrupted says nothing of caches).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+fn blend(avg: u32, sample: u32) -> u32 {
+    if avg == 0 {
+        return sample.max(1);
+    }
+    let sample = sample.min(avg.saturating_mul(4));
+    ((u64::from(avg) * 7 + u64::from(sample)) / 8).max(1) as u32
+}
+
+/// Runs `publish` (the publication's index RMW), timing one call in [`TIME_EVERY`] of those
+/// with `sample`.
+#[inline]
+pub(crate) fn timed<T>(sample: bool, publish: impl FnOnce() -> T) -> T {
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = sample;
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if sample
+        && PLACEMENT.with(|p| {
+            let n = p.count.get().wrapping_add(1);
+            p.count.set(n);
+            n % TIME_EVERY == 0
+        })
+    {
+        let t0 = std::time::Instant::now();
+        let out = publish();
+        let ns = t0.elapsed().as_nanos().min(u32::MAX.into()) as u32;
+        PLACEMENT.with(|p| p.note(ns));
+        return out;
+    }
+    publish()
+}
+
+/// Copies with streaming (non-temporal) stores, 64 bytes at a time, then fences them.
+///
+/// # Safety
+/// As [`copy`]; `dst` 16-byte aligned.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    let mut i = 0;
+    while i + 64 <= len {
+        // SAFETY: i + 64 <= len, so every access lies within the caller's ranges; dst + i is
+        // 16-byte aligned (dst is, and i is a multiple of 64); SSE2 is part of x86_64.
+        unsafe {
+            let s = src.add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let (a, b) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)));
+            let (c, e) = (_mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+        i += 64;
+    }
+    if i < len {
+        // SAFETY: the rest of the caller's ranges.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
+    }
+    // Streaming stores are weakly ordered: the fence makes them visible before the stores that
+    // follow, among them the publication of these slots (a Release RMW would not order them).
+    // SAFETY: sfence has no preconditions.
+    unsafe { _mm_sfence() };
+}
+
 /// [`copy`] through a bounce buffer half a page away from `src` (so `dst` is about half a page
 /// away from it too).
 ///
@@ -63,6 +212,74 @@ unsafe fn bounced(src: *const u8, dst: *mut u8, len: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    fn ring_copies_are_exact_near_and_far_and_a_slow_transfer_means_far() {
+        use super::{Placement, FAR_NS, PLACEMENT};
+        let src: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0u8; 80 * 1024];
+        let at = dst.as_ptr().align_offset(64);
+        for (far, ns) in [(false, FAR_NS / 2), (true, FAR_NS * 2)] {
+            PLACEMENT.with(|p| {
+                p.transfer_ns.set(0);
+                (0..64).for_each(|_| p.note(ns));
+                assert_eq!(p.far(), far, "{ns} ns");
+            });
+            for len in [100, 16 * 1024, 64 * 1024, 65_000, 16 * 1024 + 63] {
+                for off in 0..3 {
+                    dst.fill(0);
+                    // SAFETY: both ranges lie inside their vectors, which are distinct.
+                    unsafe {
+                        super::copy_to_ring(src.as_ptr().add(off), dst.as_mut_ptr().add(at), len)
+                    };
+                    assert_eq!(&dst[at..at + len], &src[off..off + len], "len {len}");
+                    assert!(dst[at + len..].iter().all(|&b| b == 0));
+                }
+            }
+        }
+        let p = Placement::new();
+        assert!(!p.far(), "near until measured");
+        p.note(FAR_NS / 2);
+        p.note(1_000_000);
+        assert!(
+            p.transfer_ns.get() < FAR_NS,
+            "one interrupted RMW does not make it far"
+        );
+        assert_eq!(super::timed(true, || 7), 7);
+        assert_eq!(super::timed(false, || 8), 8);
+    }
+
+    /// A whole pipe with this thread's writes streamed: every byte arrives, across runs, the
+    /// ring's wrap and writes of every size.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    fn a_pipe_written_with_streaming_stores_keeps_every_byte() {
+        use std::io::{Read, Write};
+        let (mut w, mut r) = crate::Builder::new().capacity(256 << 10).build().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            r.read_to_end(&mut all).unwrap();
+            all
+        });
+        let far = super::FAR_NS * 4;
+        let mut expect = Vec::new();
+        for round in 0..300u32 {
+            // Keep this thread's placement far, whatever its publications measure.
+            super::PLACEMENT.with(|p| (0..8).for_each(|_| p.note(far)));
+            let n = [16 << 10, 64 << 10, 100_000, 3, 20_000 + round as usize][round as usize % 5];
+            let buf: Vec<u8> = (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ round as u8)
+                .collect();
+            w.write_all(&buf).unwrap();
+            expect.extend_from_slice(&buf);
+        }
+        assert!(super::PLACEMENT.with(|p| p.far()));
+        drop(w);
+        let all = reader.join().unwrap();
+        assert_eq!(all.len(), expect.len());
+        assert!(all == expect, "bytes differ");
+    }
+
     #[test]
     fn every_distance_and_length_copies_exactly() {
         let src: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 31 + 7) as u8).collect();

@@ -852,7 +852,12 @@ pub(crate) fn publish_quiet(sh: &Shared, from: u64, n: u64, bytes: usize) -> io:
     }
     // Release: pairs with the reader's Acquire load of head, publishing the pages and slots.
     // SeqCst (free on x86): the store half of the store-load pair with End::enable_polling.
-    let old = sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst);
+    // A run's publication is timed now and then: the line comes back from the reader's core,
+    // and how long that takes tells where that core is (see `copy::Placement`). A round trip's
+    // single slot is not (the clock would sit on its critical path).
+    let old = crate::pipe::copy::timed(n >= PUBLISH_BATCH, || {
+        sh.header().head.word.fetch_add(n * ONE, Ordering::SeqCst)
+    });
     // After the RMW, which brought the line here: a waiting reader polls it, and loading the
     // counter before the RMW would wait for the line on a round trip's critical path.
     add_bytes(sh, bytes);

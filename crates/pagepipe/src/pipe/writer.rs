@@ -471,7 +471,7 @@ impl<'a> Source<'a> {
         let first = &self.bufs[self.idx];
         if first.len() - self.off >= n {
             // SAFETY: off + n <= first.len(); dst is valid for n bytes (caller's guarantee).
-            unsafe { crate::pipe::copy::copy(first.as_ptr().add(self.off), dst, n) };
+            unsafe { crate::pipe::copy::copy_to_ring(first.as_ptr().add(self.off), dst, n) };
             return; // the common case: the bytes lie in one buffer
         }
         let (mut idx, mut off, mut done) = (self.idx, self.off, 0);
