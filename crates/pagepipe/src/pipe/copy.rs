@@ -93,9 +93,9 @@ thread_local! {
 /// over 150 ns in near placements, idle and beside two busy loops; 34-39% did in far ones
 /// beside two busy loops (most of the rest found the line still here: a reader that had not
 /// looked yet). So the share of slow ones, as a moving average ([`FAR_SHARE`]), tells the two
-/// apart, and a publication the scheduler interrupted weighs no more than any other. A reader on this very CPU costs no
-/// transfer, and plain stores are right there too. It is a hint: a peer that keeps the line
-/// bouncing only changes which stores we use.
+/// apart, and a publication the scheduler interrupted weighs no more than any other. A reader
+/// on this very CPU costs no transfer, and plain stores are right there too. It is a hint: a
+/// peer that keeps the line bouncing only changes which stores we use.
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 struct Placement {
     /// Moving average of "this timed publication was slower than [`FAR_NS`]", in 1/65536.
@@ -176,8 +176,9 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
         // SAFETY: the rest of the caller's ranges.
         unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i) };
     }
-    // Streaming stores are weakly ordered: the fence makes them visible before the stores that
-    // follow, among them the publication of these slots (a Release RMW would not order them).
+    // Streaming stores are weakly ordered, and outside the language's memory model: this fence
+    // is what orders them before the stores that follow, among them the publication of these
+    // slots (the Release RMW alone would not; see `_mm_sfence`'s documentation).
     // SAFETY: sfence has no preconditions.
     unsafe { _mm_sfence() };
 }
