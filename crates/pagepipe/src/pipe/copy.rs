@@ -81,10 +81,11 @@ thread_local! {
 /// the reader, so when the reader's core shares no cache with ours, every line of a write
 /// comes over the fabric before it is written. On the development VM the host puts the two
 /// vCPUs on such cores from time to time (`scripts/core-rtt.c`: a cache-line round trip of
-/// 400-530 ns instead of 95-130). There a pipe moved 5.7-8.5 GB/s idle and 1.7-2.3 GB/s beside
-/// two busy loops with plain stores, and 14-15 and 6.2-7.3 GB/s with streaming stores, which
-/// write whole lines to memory without fetching them. Where the cores share a cache, plain
-/// stores are faster (23-31 GB/s against 14-15 idle): the reader finds the data there.
+/// 400-530 ns instead of 95-130). There a pipe moved 5.7-6.9 GB/s idle and 1.8-2.3 GB/s beside
+/// two busy loops with plain stores, and 14.9 (one run) and 6.3-7.3 GB/s with streaming
+/// stores, which write whole lines to memory without fetching them. Where the cores share a
+/// cache, plain stores are faster (23-31 GB/s against 13-15 idle): the reader finds the data
+/// there.
 ///
 /// The placement changes from minute to minute, and timing the copies cannot tell it (the
 /// method chosen changes what the next copy costs). The publication's index RMW can: when the
