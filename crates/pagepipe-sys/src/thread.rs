@@ -18,6 +18,14 @@ pub fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// The CPU this thread ran on a moment ago (`sched_getcpu(3)`: glibc reads it from the rseq
+/// area or the vDSO, no system call); `None` if it cannot be told.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
 /// CPUs online (`sysconf(_SC_NPROCESSORS_ONLN)`, see `sysconf(3)`), at least 1.
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf(3) has no preconditions.

@@ -55,6 +55,8 @@ use std::time::Duration;
 pub(crate) struct Futex {
     word: AtomicU32,
     sleepers: AtomicU32,
+    /// The CPU (plus one; 0: unknown) the last sleeper went to sleep on. A hint.
+    pub(crate) sleeper_cpu: ColdU32,
     #[cfg(loom)]
     lock: loom::sync::Mutex<()>,
     #[cfg(loom)]
@@ -78,6 +80,7 @@ impl Futex {
         Futex {
             word: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
+            sleeper_cpu: ColdU32::new(0),
             lock: loom::sync::Mutex::new(()),
             cv: loom::sync::Condvar::new(),
         }
@@ -97,6 +100,11 @@ impl Futex {
         // before the wake that dequeues another, and that before the woken one's decrement; an
         // RMW reads the latest value in the word's order.
         self.sleepers.fetch_add(1, Ordering::Relaxed);
+        #[cfg(not(loom))]
+        self.sleeper_cpu.store(
+            crate::sys::thread::current_cpu().map_or(0, |c| c.wrapping_add(1)),
+            Ordering::Relaxed,
+        );
         #[cfg(not(loom))]
         let woken = match crate::sys::futex::wait_shared_end(self.word.as_ptr(), seq, timeout) {
             crate::sys::futex::WaitEnd::Woken => true,
