@@ -259,30 +259,13 @@ mod tests {
     #[test]
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     fn a_pipe_written_with_streaming_stores_keeps_every_byte() {
-        use std::io::{Read, Write};
-        let (mut w, mut r) = crate::Builder::new().capacity(256 << 10).build().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            r.read_to_end(&mut all).unwrap();
-            all
-        });
         let far = super::FAR_NS * 4;
-        let mut expect = Vec::new();
-        for round in 0..300u32 {
+        let sizes = [16 << 10, 64 << 10, 100_000, 3, 20_003];
+        crate::pipe::pump_and_check(256 << 10, 300, &sizes, || {
             // Keep this thread's placement far, whatever its publications measure.
             super::PLACEMENT.with(|p| (0..64).for_each(|_| p.note(far)));
-            let n = [16 << 10, 64 << 10, 100_000, 3, 20_000 + round as usize][round as usize % 5];
-            let buf: Vec<u8> = (0..n as u32)
-                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ round as u8)
-                .collect();
-            w.write_all(&buf).unwrap();
-            expect.extend_from_slice(&buf);
-        }
+        });
         assert!(super::PLACEMENT.with(|p| p.far()));
-        drop(w);
-        let all = reader.join().unwrap();
-        assert_eq!(all.len(), expect.len());
-        assert!(all == expect, "bytes differ");
     }
 
     #[test]

@@ -56,3 +56,36 @@ pub(crate) mod shared;
 #[cfg(not(loom))]
 pub(crate) mod splice;
 pub(crate) mod writer;
+
+/// Writes `rounds` buffers of the sizes in `sizes` (in turn, each with a pattern of its round)
+/// into a new pipe of `capacity` bytes, calling `before` ahead of each write, while a thread
+/// reads it to the end; asserts every byte arrived in order.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn pump_and_check(
+    capacity: usize,
+    rounds: u32,
+    sizes: &[usize],
+    mut before: impl FnMut(),
+) {
+    use std::io::{Read, Write};
+    let (mut w, mut r) = crate::Builder::new().capacity(capacity).build().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        r.read_to_end(&mut all).unwrap();
+        all
+    });
+    let mut expect = Vec::new();
+    for round in 0..rounds {
+        before();
+        let n = sizes[round as usize % sizes.len()];
+        let buf: Vec<u8> = (0..n as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ round as u8)
+            .collect();
+        w.write_all(&buf).unwrap();
+        expect.extend_from_slice(&buf);
+    }
+    drop(w);
+    let all = reader.join().unwrap();
+    assert_eq!(all.len(), expect.len());
+    assert!(all == expect, "bytes differ");
+}

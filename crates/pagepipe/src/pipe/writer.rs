@@ -989,28 +989,10 @@ mod tests {
     /// to its 1 s tick, and 400 of them to minutes).
     #[test]
     fn early_wake_ups_keep_every_byte_and_lose_none() {
-        use std::io::{Read, Write};
-        let (mut w, mut r) = crate::Builder::new().capacity(64 << 10).build().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            r.read_to_end(&mut all).unwrap();
-            all
-        });
         FORCE_APART.with(|f| f.set(true));
         let start = std::time::Instant::now();
-        let mut expect = Vec::new();
-        for round in 0..400u32 {
-            let n = [64 << 10, 200_000, 16 << 10, 5, 70_001][round as usize % 5];
-            let buf: Vec<u8> = (0..n as u32)
-                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ round as u8)
-                .collect();
-            w.write_all(&buf).unwrap();
-            expect.extend_from_slice(&buf);
-        }
-        drop(w);
-        let all = reader.join().unwrap();
-        assert_eq!(all.len(), expect.len());
-        assert!(all == expect, "bytes differ");
+        let sizes = [64 << 10, 200_000, 16 << 10, 5, 70_001];
+        crate::pipe::pump_and_check(64 << 10, 400, &sizes, || {});
         assert!(
             start.elapsed() < std::time::Duration::from_secs(60),
             "a wake-up was lost: {:?}",
