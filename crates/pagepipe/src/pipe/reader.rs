@@ -2,7 +2,7 @@
 
 use crate::error::{invalid, would_block};
 use crate::pipe::end::End;
-use crate::pipe::shared::{ReadGuard, Ring, Shared, PUBLISH_BATCH};
+use crate::pipe::shared::{ReadGuard, Ring, Shared, COPY_RUN, PUBLISH_BATCH};
 use crate::region::{Side, Slot, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::sync::{Arc, Ordering};
 use crate::wait::earliest;
@@ -420,9 +420,6 @@ fn slot_range(slot: &Slot, index: u64, ring: Ring<'_>) -> io::Result<(usize, usi
     }
     Ok((start as usize, end as usize, st))
 }
-
-/// Most bytes [`consume`] copies in one go (see the writer's `COPY_RUN`).
-const COPY_RUN: usize = 64 << 10;
 
 /// The run of published slots from `tail` (before `head`) that [`consume`] can copy at once,
 /// given the state `first` of slot `tail`, already validated and full: each slot full (all of

@@ -832,6 +832,14 @@ pub(crate) fn note_fork() {
 /// least (a run copied at once, up to 64 KiB, is published as one batch).
 pub(crate) const PUBLISH_BATCH: u64 = 4;
 
+/// Most bytes one copy moves between a caller's buffer and the ring: a write's whole pages go
+/// into consecutive free slots, whose pages lie one after the other, with one copy rather than
+/// one per slot, and a read copies such a run of full slots out at once. Where the two sides'
+/// cores share no cache (this machine's far vCPU placement, docs/benchmarks.md), copying one
+/// 4 KiB page at a time moved 4.7-5.0 GB/s and 64 KiB runs 6.2-6.7, rtrb's speed on the same
+/// placement; on near cores the two were even. A run is published as one batch.
+pub(crate) const COPY_RUN: usize = 64 << 10;
+
 /// Publishes the `n` slots staged from index `from`, holding `bytes` in all, and wakes a
 /// sleeping reader. `InvalidData` when the head word was not at `from`: a peer corrupted the
 /// region (the check `Shared::lock_write_unchecked` leaves to us).

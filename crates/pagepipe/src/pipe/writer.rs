@@ -4,7 +4,7 @@ use crate::error::{broken_pipe, would_block};
 use crate::pipe::end::End;
 use crate::pipe::hint::note_next_write;
 use crate::pipe::shared::{
-    add_bytes, publish, publish_quiet, Ring, Shared, WriteGuard, PUBLISH_BATCH,
+    add_bytes, publish, publish_quiet, Ring, Shared, WriteGuard, COPY_RUN, PUBLISH_BATCH,
 };
 use crate::region::{Side, CAN_MERGE, DROPPED, END_MASK, PACKET, RELEASED};
 use crate::ring;
@@ -587,18 +587,10 @@ fn slot_free(
     Ok(!ring::is_full(head, *tail, limit))
 }
 
-/// Most bytes [`fill`] copies in one go: a write's whole pages go into consecutive free slots,
-/// whose pages lie one after the other, with one copy rather than one per slot. Where the two
-/// sides' cores share no cache (this machine's far vCPU placement, docs/benchmarks.md), copying
-/// one 4 KiB page at a time moved 4.7-5.0 GB/s and 64 KiB runs 6.2-6.7, rtrb's speed on the
-/// same placement; on near cores the two were even. A run is published as one batch, and is at
-/// most a quarter of the ring, so a reader woken early (see [`apart`]) has the rest to overlap
-/// with.
-const COPY_RUN: usize = 64 << 10;
-
 /// Fills free slots from `src`, a run of whole consecutive slots at a time (see [`COPY_RUN`]),
-/// publishing them in batches so the reader overlaps with us. Returns the bytes placed (stops
-/// when the ring is full).
+/// at most a quarter of the ring (so a reader woken early, see [`apart`], has the rest to
+/// overlap with), publishing them in batches so the reader overlaps with us. Returns the bytes
+/// placed (stops when the ring is full).
 fn fill(sh: &Shared, ws: &mut WriteGuard<'_>, src: &mut Source<'_>) -> io::Result<usize> {
     let (mut head, mut tail, limit) = (ws.head, ws.cached_tail, ws.limit);
     let ring = ws.ring();
