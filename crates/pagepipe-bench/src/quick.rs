@@ -165,7 +165,7 @@ mod tests {
         if cfg!(feature = "iceoryx2") {
             all.extend([Transport::Iceoryx2, Transport::Iceoryx2Spin]);
         }
-        for t in [Transport::Rtrb, Transport::PagepipeChunk] {
+        for t in [Transport::Rtrb, Transport::PagepipeChunk, Transport::Futex] {
             let bw = bw_once(
                 t,
                 &PipeConfig::default(),
@@ -189,7 +189,7 @@ mod tests {
             Between::Processes,
         );
         assert_eq!(e.unwrap_err().kind(), io::ErrorKind::Unsupported);
-        all.push(Transport::PagepipeChunk);
+        all.extend([Transport::PagepipeChunk, Transport::Futex]);
         for t in all {
             let bw = bw_once(
                 t,
@@ -206,7 +206,10 @@ mod tests {
             assert_eq!(idle.config["between"], "processes");
             if matches!(
                 t,
-                Transport::Iceoryx2 | Transport::Iceoryx2Spin | Transport::PagepipeChunk
+                Transport::Iceoryx2
+                    | Transport::Iceoryx2Spin
+                    | Transport::PagepipeChunk
+                    | Transport::Futex
             ) {
                 continue; // one writer and one reader only
             }

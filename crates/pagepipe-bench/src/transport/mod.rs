@@ -1,7 +1,9 @@
 //! The byte transports benchmarks compare: the kernel pipe, an AF_UNIX socketpair, pagepipe
 //! (through `read`/`write`, or in place through its chunk API), rtrb (a spinning byte ring,
-//! threads only), and with `--features iceoryx2`, iceoryx2.
+//! threads only), a bare futex mailbox (the floor of any channel that sleeps), and with
+//! `--features iceoryx2`, iceoryx2.
 
+mod futex;
 #[cfg(feature = "iceoryx2")]
 mod iox;
 
@@ -26,6 +28,10 @@ pub enum Transport {
     /// rtrb, a lock-free single-producer single-consumer byte ring, both sides spinning
     /// (`push_partial_slice` / `pop_partial_slice`); threads only, one writer and one reader.
     Rtrb,
+    /// The floor of a channel that sleeps: a mailbox filled and emptied in turn, each side
+    /// sleeping on a bare futex at once when it must wait (no ring, no spin); one writer and
+    /// one reader. Made for `lat`: under `bw` it is stop-and-wait.
+    Futex,
     /// iceoryx2 publish-subscribe, the reader sleeping on an event (`--features iceoryx2`;
     /// one writer, one reader).
     Iceoryx2,
@@ -41,6 +47,7 @@ impl Transport {
             Transport::Pagepipe => "pagepipe",
             Transport::PagepipeChunk => "pagepipe-chunk",
             Transport::Rtrb => "rtrb",
+            Transport::Futex => "futex",
             Transport::Iceoryx2 => "iceoryx2",
             Transport::Iceoryx2Spin => "iceoryx2-spin",
         }
@@ -188,6 +195,11 @@ pub fn open(
                 vec![Box::new(SpinWriter(p)) as W],
                 vec![Box::new(SpinReader(c)) as R],
             ))
+        }
+        Transport::Futex => {
+            one_each(t, writers, readers)?;
+            let (w, r) = futex::channel(cfg.pipe_size)?;
+            Ok((vec![Box::new(w) as W], vec![Box::new(r) as R]))
         }
         Transport::Iceoryx2 | Transport::Iceoryx2Spin => {
             iceoryx2(t == Transport::Iceoryx2Spin, cfg, writers, readers)
