@@ -137,6 +137,16 @@ impl Futex {
         }
     }
 
+    /// Whether the last sleeper went to sleep on this thread's CPU (`None`: not known). A hint
+    /// (a peer may write any value there): it decides when to wake or whether to spin, never
+    /// whether a sleeper is woken.
+    pub(crate) fn sleeper_here(&self) -> Option<bool> {
+        // Relaxed: a hint (see above).
+        let cpu = self.sleeper_cpu.load(Ordering::Relaxed);
+        let here = crate::sys::thread::current_cpu()?.wrapping_add(1);
+        (cpu != 0).then_some(cpu == here)
+    }
+
     /// Bumps the sequence and wakes one sleeper (the kernel picks it), if any.
     pub(crate) fn wake_one(&self) {
         // Release: pairs with the Acquire load in `seq`.
@@ -174,5 +184,29 @@ impl<T> std::ops::Deref for Padded<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sleepers_cpu_is_compared_with_ours() {
+        // SAFETY: a Futex is atomics only, and all-zero atomics are valid (as in the zeroed
+        // region it lives in).
+        let f: Futex = unsafe { std::mem::zeroed() };
+        assert_eq!(f.sleeper_here(), None, "nobody slept yet");
+        f.sleeper_cpu.store(u32::MAX, Ordering::Relaxed); // a peer's nonsense
+        assert_eq!(f.sleeper_here(), Some(false));
+        // This thread may move between the two reads of its CPU: try until it stays put.
+        let here = (0..1000).any(|_| {
+            let Some(cpu) = crate::sys::thread::current_cpu() else {
+                return true; // cannot be told here: nothing to check
+            };
+            f.sleeper_cpu.store(cpu + 1, Ordering::Relaxed);
+            f.sleeper_here() == Some(true)
+        });
+        assert!(here);
     }
 }

@@ -308,6 +308,10 @@ pub(crate) fn wake_one_if_waiting(word: &AtomicU64, futex: &Futex, old: u64) {
         // counted it and puts the flag back.
         word.fetch_and(!WAITING, Ordering::Relaxed);
         futex.wake_one();
+        // Woken on our CPU, the sleeper runs once we sleep: our next spin would only delay it.
+        if futex.sleeper_here() == Some(true) {
+            crate::spin::woke_here();
+        }
     }
 }
 

@@ -668,9 +668,7 @@ fn apart(sh: &Shared) -> bool {
     if tests::FORCE_APART.with(std::cell::Cell::get) {
         return true;
     }
-    // Relaxed: a hint (see above).
-    let cpu = sh.header().readable.sleeper_cpu.load(Ordering::Relaxed);
-    cpu != 0 && crate::sys::thread::current_cpu().map_or(0, |c| c.wrapping_add(1)) != cpu
+    sh.header().readable.sleeper_here() == Some(false)
 }
 
 /// Copies `len` bytes from `src` (unless `None`: already in place) into the `count` free slots
