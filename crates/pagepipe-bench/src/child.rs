@@ -40,6 +40,29 @@ impl Between {
     }
 }
 
+/// A fresh zeroed `MAP_SHARED | MAP_ANONYMOUS` mapping of `bytes` bytes (page-aligned; shared
+/// with every child forked while it exists). The caller unmaps it.
+///
+/// # Errors
+/// `mmap`'s error.
+pub fn map_shared(bytes: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(NonNull::new(p.cast()).expect("mmap does not return null on success"))
+}
+
 /// A zeroed `MAP_SHARED | MAP_ANONYMOUS` mapping of 64-bit words: shared with every child
 /// forked while it exists (and with every thread).
 pub struct Shm {
@@ -58,23 +81,8 @@ impl Shm {
     /// # Errors
     /// `mmap`'s error.
     pub fn new(len: usize) -> io::Result<Shm> {
-        let bytes = len.max(1) * 8;
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Shm {
-            words: NonNull::new(p.cast()).expect("mmap does not return null on success"),
+            words: map_shared(len.max(1) * 8)?.cast(),
             len,
         })
     }

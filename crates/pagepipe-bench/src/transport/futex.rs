@@ -76,21 +76,7 @@ impl Mailbox {
     fn new(cap: usize) -> io::Result<Mailbox> {
         let cap = cap.clamp(1, u32::MAX as usize);
         let bytes = DATA + cap;
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(p.cast()).expect("mmap does not return null on success");
+        let base = crate::child::map_shared(bytes)?;
         Ok(Mailbox { base, bytes, cap })
     }
 
