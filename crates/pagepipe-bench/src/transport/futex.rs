@@ -93,7 +93,9 @@ impl Mailbox {
     /// Waits until `seq` has parity `odd`; `Ok(false)` if the end `gone` closed first.
     fn wait(&self, odd: bool, gone: u32) -> io::Result<bool> {
         let h = self.header();
-        let start = Instant::now();
+        // When the first sleep that nobody ended ran out: no clock is read before one, so the
+        // floor's round trip pays for none.
+        let mut stalled: Option<Instant> = None;
         loop {
             // Acquire: pairs with the other end's SeqCst advance, so its data (or its emptying
             // of the mailbox) is seen before we use it.
@@ -105,7 +107,7 @@ impl Mailbox {
             if h.closed.load(Ordering::Acquire) & gone != 0 {
                 return Ok(false);
             }
-            if start.elapsed() > STALL {
+            if stalled.is_some_and(|t| t.elapsed() > STALL) {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "futex mailbox: no word from the peer in 60 s",
@@ -118,7 +120,9 @@ impl Mailbox {
             if h.seq.load(Ordering::SeqCst) != s {
                 continue;
             }
-            futex(&h.seq, libc::FUTEX_WAIT, s, Some(TICK));
+            if futex(&h.seq, libc::FUTEX_WAIT, s, Some(TICK)) == -i64::from(libc::ETIMEDOUT) {
+                stalled.get_or_insert_with(Instant::now);
+            }
         }
     }
 
@@ -129,7 +133,7 @@ impl Mailbox {
         h.seq.fetch_add(by, Ordering::SeqCst);
         // SeqCst: see the module docs.
         if h.waiting.swap(0, Ordering::SeqCst) != 0 {
-            futex(&h.seq, libc::FUTEX_WAKE, 1, None);
+            let _ = futex(&h.seq, libc::FUTEX_WAKE, 1, None);
         }
     }
 
@@ -142,9 +146,9 @@ impl Mailbox {
 }
 
 /// `futex(2)` on a shared (not private) word: `FUTEX_WAIT` while it holds `val` (for at most
-/// `timeout`), or `FUTEX_WAKE` of up to `val` sleepers. Errors (EAGAIN, EINTR, ETIMEDOUT) only
-/// send the waiter round its loop again.
-fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
+/// `timeout`), or `FUTEX_WAKE` of up to `val` sleepers. Returns the result, or `-errno`: errors
+/// (EAGAIN, EINTR, ETIMEDOUT) only send the waiter round its loop again.
+fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) -> i64 {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs() as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -154,7 +158,7 @@ fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>)
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned u32 in a shared mapping; `tp` is null or points to a
     // timespec on this stack frame.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -165,6 +169,11 @@ fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>)
             0u32,
         )
     };
+    if r < 0 {
+        -i64::from(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        r as i64
+    }
 }
 
 /// An end's note of the process that first used it: it closes the mailbox on drop only there.
