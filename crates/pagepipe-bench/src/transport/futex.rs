@@ -231,7 +231,10 @@ impl Write for FutexWriter {
             return Ok(0);
         }
         self.used.mark();
-        if !self.m.wait(false, READER_GONE)? {
+        // Acquire: as in `wait`. Checked first: an empty mailbox with no reader takes nothing,
+        // as a pipe with no reader fails a write with EPIPE.
+        let gone = self.m.header().closed.load(Ordering::Acquire) & READER_GONE != 0;
+        if gone || !self.m.wait(false, READER_GONE)? {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
         let n = buf.len().min(self.m.cap);
@@ -318,8 +321,9 @@ mod tests {
         r.read_exact(&mut b).unwrap();
         drop(r);
         assert_eq!(
-            w.write_all(b"bc").unwrap_err().kind(),
-            io::ErrorKind::BrokenPipe
+            w.write(b"b").unwrap_err().kind(),
+            io::ErrorKind::BrokenPipe,
+            "the empty mailbox takes nothing"
         );
     }
 
