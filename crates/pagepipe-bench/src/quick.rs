@@ -124,7 +124,9 @@ pub fn run(a: &Args, opts: &RunArgs) -> io::Result<()> {
 const LOADED_ROWS: [usize; 2] = [1, 2];
 
 /// Bandwidth (threads and processes) and the round trip (threads) of the kernel pipe and
-/// pagepipe with `n` busy loops sharing the cores, the load named in each row.
+/// pagepipe with `n` busy loops sharing the cores, the load named in each row. The round trip
+/// also runs the futex floor (`Transport::Futex`): on a busy machine a round trip that sleeps
+/// costs about the kernel's, and the row shows that floor beside pagepipe.
 fn loaded_rows(harness: &mut Harness, kp: &[Transport], n: usize) -> io::Result<()> {
     let _load = crate::load::Load::start(n)?;
     let label = crate::load::label(n);
@@ -137,10 +139,11 @@ fn loaded_rows(harness: &mut Harness, kp: &[Transport], n: usize) -> io::Result<
         })?;
     }
     let between = Between::Threads;
-    let mut lat = lat_case(kp, &format!("{} · {label}", between.title("lat 1 B")));
+    let ts = [kp, &[Transport::Futex]].concat();
+    let mut lat = lat_case(&ts, &format!("{} · {label}", between.title("lat 1 B")));
     lat.columns.truncate(1);
     harness.run(lat, |i| {
-        lat_once(kp[i], &cfg, Duration::from_secs_f64(LAT_S), between)
+        lat_once(ts[i], &cfg, Duration::from_secs_f64(LAT_S), between)
     })
 }
 
