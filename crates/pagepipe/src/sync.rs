@@ -55,8 +55,8 @@ use std::time::Duration;
 pub(crate) struct Futex {
     word: AtomicU32,
     sleepers: AtomicU32,
-    /// The CPU (plus one; 0: unknown) the last sleeper went to sleep on. A hint.
-    pub(crate) sleeper_cpu: ColdU32,
+    /// The last sleeper's CPU as [`cpu_tag`] writes it. A hint.
+    sleeper_cpu: ColdU32,
     #[cfg(loom)]
     lock: loom::sync::Mutex<()>,
     #[cfg(loom)]
@@ -101,10 +101,7 @@ impl Futex {
         // RMW reads the latest value in the word's order.
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         #[cfg(not(loom))]
-        self.sleeper_cpu.store(
-            crate::sys::thread::current_cpu().map_or(0, |c| c.wrapping_add(1)),
-            Ordering::Relaxed,
-        );
+        self.sleeper_cpu.store(cpu_tag(), Ordering::Relaxed);
         #[cfg(not(loom))]
         let woken = match crate::sys::futex::wait_shared_end(self.word.as_ptr(), seq, timeout) {
             crate::sys::futex::WaitEnd::Woken => true,
@@ -143,8 +140,8 @@ impl Futex {
     pub(crate) fn sleeper_here(&self) -> Option<bool> {
         // Relaxed: a hint (see above).
         let cpu = self.sleeper_cpu.load(Ordering::Relaxed);
-        let here = crate::sys::thread::current_cpu()?.wrapping_add(1);
-        (cpu != 0).then_some(cpu == here)
+        let here = cpu_tag();
+        (cpu != 0 && here != 0).then_some(cpu == here)
     }
 
     /// Bumps the sequence and wakes one sleeper (the kernel picks it), if any.
@@ -172,6 +169,11 @@ impl Futex {
             self.cv.notify_all();
         }
     }
+}
+
+/// This thread's CPU as [`Futex`] records its sleepers': the CPU number plus one, 0 if unknown.
+fn cpu_tag() -> u32 {
+    crate::sys::thread::current_cpu().map_or(0, |c| c.wrapping_add(1))
 }
 
 /// Pads and aligns `T` to its own pair of cache lines so the writer's and the reader's hot words
